@@ -1,0 +1,3 @@
+from maskcheck.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,199 @@
+"""The one table of APIs, conventions, dtype limits and thresholds.
+
+Rules and inference read these facts; none of them re-derives what an API means.
+Facts come from ../shared/reference/conventions.md (torch 2.13, transformers 5.24).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from maskcheck.model import Api, Convention, Role
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
+BOOL_DTYPES = ("bool",)
+
+# torch.finfo(dtype).min / max, exact.
+FINFO_MIN: dict[str, float] = {
+    "float16": -65504.0,
+    "bfloat16": -3.3895313892515355e38,
+    "float32": -3.4028234663852886e38,
+    "float64": -1.7976931348623157e308,
+    "float8_e4m3fn": -448.0,
+    "float8_e5m2": -57344.0,
+}
+FINFO_MAX: dict[str, float] = {k: -v for k, v in FINFO_MIN.items()}
+
+# A masked additive value whose magnitude is below this leaves exp(score + value) large
+# enough to matter when raw scores span more than it (TransformerLens#318 leaked with -1e5
+# because its raw scores were below -1e5; values this small leak with ordinary scores).
+WEAK_MASK_MAGNITUDE = 1e3
+# An additive value at or below this counts as "masked" when reading rows of a float mask
+# that also carries small biases (ALiBi-style): exp(-1e3) underflows to 0 in every dtype.
+ADDITIVE_MASKED_BELOW = -WEAK_MASK_MAGNITUDE
+# Up to this many distinct values are tracked exactly; a mask has 2-3.
+MAX_DISTINCT = 64
+# Distinct values above which a float tensor is a weight/activation, not a mask.
+MASK_MAX_DISTINCT = 8
+
+KeepWhen = Literal["true", "false", "zero", "nonzero"]
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+def is_bool(dtype: str) -> bool:
+    return dtype == "bool"
+
+
+@dataclass(frozen=True)
+class ConventionSpec:
+    name: Convention
+    # How a nonzero element is read: True/1/nonzero-float is "keep" or "masked".
+    nonzero_means: Literal["keep", "masked"] | None
+    title: str
+    users: str
+
+
+CONVENTIONS: dict[str, ConventionSpec] = {
+    "bool-true-masked": ConventionSpec(
+        "bool-true-masked", "masked", "bool, True = may NOT attend",
+        "nn.MultiheadAttention, nn.Transformer* (key_padding_mask, attn_mask, src/tgt masks)"),
+    "bool-true-keep": ConventionSpec(
+        "bool-true-keep", "keep", "bool, True = may attend",
+        "F.scaled_dot_product_attention, FlexAttention mask_mod, HF sdpa 4-D masks, JAX/Flax"),
+    "int-one-keep": ConventionSpec(
+        "int-one-keep", "keep", "integer 0/1, 1 = real token",
+        "Hugging Face attention_mask (tokenizer output), Keras"),
+    "int-one-masked": ConventionSpec(
+        "int-one-masked", "masked", "integer 0/1, 1 = masked", "hand-rolled code"),
+    # Additive: 0 keeps, a large negative drops. Nonzero elements are the masked ones.
+    "additive": ConventionSpec(
+        "additive", "masked", "float, 0 = attend, large negative = masked",
+        "float attn_mask of MHA and SDPA, HF eager 4-D masks, xformers biases"),
+    "multiplicative": ConventionSpec(
+        "multiplicative", "keep", "float 0/1, 1 = attend",
+        "masks meant to be multiplied into attention weights"),
+    "not-a-mask": ConventionSpec("not-a-mask", None, "values fit no convention", "weights, activations"),
+    "ambiguous": ConventionSpec("ambiguous", None, "could be more than one convention", ""),
+}
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    name: Api
+    title: str
+    bool_convention: Convention | None  # how a bool mask is read
+    int_convention: Convention | None  # how an integer mask is read (None: rejected)
+    float_convention: Convention  # floats are added to the scores everywhere in torch
+    # Legal layouts, as tuples of axis names (N batch, H heads, NH batch*heads, L queries,
+    # S keys, 1 broadcast).
+    layouts: tuple[tuple[str, ...], ...]
+    invert_hint: str
+    rejects_int: bool
+
+
+APIS: dict[str, ApiSpec] = {
+    "mha": ApiSpec(
+        "mha", "nn.MultiheadAttention", "bool-true-masked", None, "additive",
+        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S")),
+        "key_padding_mask = ~mask  (MHA reads True as 'do not attend')", True),
+    "sdpa": ApiSpec(
+        "sdpa", "F.scaled_dot_product_attention", "bool-true-keep", None, "additive",
+        (("L", "S"), ("N", "H", "L", "S"), ("N", "1", "L", "S"), ("N", "1", "1", "S"),
+         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S")),
+        "attn_mask = ~mask  (SDPA reads True as 'may attend')", True),
+    "hf": ApiSpec(
+        "hf", "Hugging Face attention_mask", "bool-true-keep", "int-one-keep", "additive",
+        (("N", "S"), ("N", "1", "L", "S")),
+        "attention_mask = 1 - mask  (HF reads 1 as a real token)", False),
+    "eager": ApiSpec(
+        "eager", "HF eager attention (scores + mask)", "bool-true-keep", None, "additive",
+        (("N", "1", "L", "S"), ("N", "H", "L", "S")),
+        "mask = torch.where(keep, 0.0, torch.finfo(dtype).min)", True),
+    "flex": ApiSpec(
+        "flex", "FlexAttention mask_mod / create_mask", "bool-true-keep", None, "additive",
+        (("N", "H", "L", "S"), ("1", "1", "L", "S"), ("L", "S")),
+        "return ~(...) from mask_mod  (FlexAttention keeps where mask_mod is True)", True),
+}
+
+
+@dataclass(frozen=True)
+class NameHint:
+    pattern: str  # fnmatch pattern on the last dotted component, lower-cased
+    api: Api  # the API the name belongs to ("auto" when shared by several)
+    role: Role
+    bool_convention: Convention | None  # what a bool mask of this name means
+    int_convention: Convention | None
+    strength: float  # how much the name alone says (0..1)
+
+
+# Ordered: first match wins.
+NAME_HINTS: tuple[NameHint, ...] = (
+    NameHint("*key_padding_mask", "mha", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.8),
+    NameHint("src_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
+    NameHint("tgt_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
+    NameHint("memory_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
+    NameHint("*padding_mask", "auto", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.5),
+    NameHint("pad_mask", "auto", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.5),
+    NameHint("attention_mask", "hf", "hf_attention_mask", "bool-true-keep", "int-one-keep", 0.7),
+    NameHint("*attention_mask", "hf", "hf_attention_mask", "bool-true-keep", "int-one-keep", 0.6),
+    NameHint("attn_mask", "auto", "attn_mask", None, None, 0.0),
+    NameHint("*attn_mask", "auto", "attn_mask", None, None, 0.0),
+    NameHint("causal_mask", "auto", "attn_mask", None, None, 0.0),
+    NameHint("*keep*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
+    NameHint("*valid*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
+    NameHint("*visible*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
+    NameHint("block_mask", "flex", "attn_mask", "bool-true-keep", None, 0.5),
+)
+
+
+def name_hint(name: str) -> NameHint | None:
+    last = name.rsplit(".", 1)[-1].lower()
+    for hint in NAME_HINTS:
+        if fnmatch.fnmatchcase(last, hint.pattern):
+            return hint
+    return None
+
+
+def representable(value: float, dtype: str) -> bool:
+    """True if a finite value survives a cast to dtype without becoming inf."""
+    if not math.isfinite(value) or dtype not in FINFO_MIN:
+        return True
+    return FINFO_MIN[dtype] <= value <= FINFO_MAX[dtype]
+
+
+def invert_fix(api: str, role: str) -> str:
+    """Code that converts a mask of the opposite convention for the given API."""
+    if api == "sdpa":
+        if role == "key_padding_mask":
+            return "attn_mask = ~key_padding_mask[:, None, None, :]  # SDPA: True = may attend"
+        return "attn_mask = ~mask  # SDPA: True = may attend"
+    if api == "mha":
+        return "key_padding_mask = ~mask  # MHA: True = do not attend" if role == "key_padding_mask" \
+            else "attn_mask = ~mask  # MHA: True = do not attend"
+    if api == "hf":
+        return "attention_mask = (~mask).long()  # HF: 1 = real token"
+    if api == "flex":
+        return "mask_mod should return True where attention is allowed: invert it"
+    return "invert the mask: mask = ~mask (bool) or 1 - mask (0/1)"
+
+
+def padding_fix(api: str) -> str:
+    """How a (N, S) key padding mask is passed to the given API."""
+    if api == "sdpa":
+        return "attn_mask = ~key_padding_mask[:, None, None, :]  # (N,1,1,S), True = may attend"
+    if api == "mha":
+        return "mha(q, k, v, key_padding_mask=key_padding_mask)  # (N,S), True = padding"
+    if api in ("hf", "eager"):
+        return "model(input_ids, attention_mask=attention_mask)  # (N,S) int, 1 = real token"
+    return "expand the padding mask over keys: mask[:, None, None, :]"

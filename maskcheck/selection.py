@@ -1,0 +1,66 @@
+"""Rule selection as ruff does it: codes, prefixes (MC0, MC5), ALL, and rule names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from maskcheck.errors import UsageError
+from maskcheck.model import Severity
+from maskcheck.rules.registry import all_rules
+
+
+def split_codes(values: Iterable[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or ():
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return out
+
+
+def expand(selector: str, *, origin: str = "the command line") -> set[str]:
+    """Codes matched by one selector; an unknown selector is a usage error."""
+    rules = all_rules()
+    sel = selector.strip()
+    if sel.upper() == "ALL":
+        return {r.code for r in rules}
+    by_name = [r.code for r in rules if r.name == sel.lower()]
+    if by_name:
+        return set(by_name)
+    matched = {r.code for r in rules if r.code.startswith(sel.upper())}
+    if not matched or not sel.upper().startswith("MC"):
+        raise UsageError(f"unknown rule selector {selector!r} in {origin}")
+    return matched
+
+
+@dataclass(frozen=True)
+class Selection:
+    enabled: frozenset[str]
+
+    @classmethod
+    def build(
+        cls,
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] | None = None,
+        extend_select: Iterable[str] | None = None,
+        *,
+        origin: str = "the command line",
+    ) -> Selection:
+        sel = split_codes(select)
+        codes = set().union(*(expand(s, origin=origin) for s in sel)) if sel else {
+            r.code for r in all_rules()
+        }
+        for s in split_codes(extend_select):
+            codes |= expand(s, origin=origin)
+        for s in split_codes(ignore):
+            codes -= expand(s, origin=origin)
+        return cls(frozenset(codes))
+
+    def allows(self, code: str) -> bool:
+        return code in self.enabled
+
+
+def parse_severity(value: str, *, origin: str = "--fail-on") -> Severity:
+    try:
+        return Severity(value.strip().lower())
+    except ValueError:
+        raise UsageError(f"{origin} takes error, warning or info, not {value!r}") from None
