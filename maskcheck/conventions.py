@@ -197,3 +197,27 @@ def padding_fix(api: str) -> str:
     if api in ("hf", "eager"):
         return "model(input_ids, attention_mask=attention_mask)  # (N,S) int, 1 = real token"
     return "expand the padding mask over keys: mask[:, None, None, :]"
+
+
+def installed_torch_version() -> tuple[int, int] | None:
+    """The installed torch's (major, minor), read from package metadata (no import)."""
+    from importlib import metadata
+
+    try:
+        parts = metadata.version("torch").split(".")
+        return int(parts[0]), int(parts[1])
+    except (metadata.PackageNotFoundError, ValueError, IndexError):
+        return None
+
+
+def empty_row_behaviour() -> str:
+    """What torch does with a query row that has no key to attend (conventions.md §2.1, §2.4)."""
+    version = installed_torch_version()
+    if version is None:
+        sdpa = "zeros on F.scaled_dot_product_attention (torch >= 2.5)"
+    elif version >= (2, 5):
+        sdpa = "zeros on F.scaled_dot_product_attention"
+    else:
+        sdpa = f"NaN on F.scaled_dot_product_attention (torch {version[0]}.{version[1]} < 2.5)"
+    return (f"{sdpa}, NaN on nn.MultiheadAttention's need_weights path and in an eager "
+            "softmax, which poisons the gradients")

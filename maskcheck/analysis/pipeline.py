@@ -1,0 +1,152 @@
+"""Files -> tensors -> summaries -> inference -> findings -> reports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from maskcheck.analysis.infer import Inference, infer
+from maskcheck.analysis.summary import MaskSummary, summarize
+from maskcheck.errors import FileProblem
+from maskcheck.io.base import TensorSource
+from maskcheck.model import FileReport, Report, TensorReport
+from maskcheck.rules.mask_rules import MaskContext, run_checks
+from maskcheck.selection import Selection
+
+CAPTURE_APIS = ("sdpa", "mha")
+
+
+def analyze_source(
+    source: TensorSource,
+    *,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    block_rows: int | None = None,
+) -> TensorReport:
+    summary = summarize(source, block_rows)
+    return report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
+
+
+def report_from_summary(
+    summary: MaskSummary,
+    *,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+) -> TensorReport:
+    inference = infer(summary, api=api)
+    ctx = MaskContext(summary, inference, None if api == "auto" else api, query_dtype)
+    allows = selection.allows if selection is not None else (lambda code: True)
+    findings = run_checks(ctx, allows) if inference.reading is not None else []
+    report = TensorReport(
+        name=summary.name,
+        shape=summary.shape,
+        dtype=summary.dtype,
+        convention=inference.convention,
+        confidence=inference.confidence,
+        role=inference.role,
+        pattern=inference.pattern,
+        masked_fraction=_masked_fraction(summary, inference),
+        findings=findings,
+        evidence=inference.evidence,
+        params=dict(inference.params),
+        api=ctx.api if inference.reading is not None else inference.api,
+        summary=summary,
+    )
+    _attach_preview(report, summary, inference)
+    return report
+
+
+def _masked_fraction(s: MaskSummary, inf: Inference) -> float | None:
+    if inf.reading is None or s.size == 0:
+        return None
+    kept = int(inf.reading.kept_count.sum())
+    return 1.0 - kept / s.size
+
+
+def _attach_preview(report: TensorReport, s: MaskSummary, inf: Inference) -> None:
+    if inf.reading is None or s.preview_nz.size == 0:
+        return
+    grid = s.preview_nz if inf.reading.nonzero_means == "keep" else 1.0 - s.preview_nz
+    report.preview = np.round(grid, 4).tolist()
+    report.preview_scale = s.preview_scale
+    report.preview_origin = tuple(0 for _ in s.shape[:-2])
+
+
+def analyze_file(
+    path: str,
+    *,
+    keys: Sequence[str] | None = None,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    block_rows: int | None = None,
+) -> FileReport:
+    from maskcheck.io import open_file
+
+    report = FileReport(path=path)
+    try:
+        loaded = open_file(path, keys)
+    except FileProblem as e:
+        report.error = e.problem
+        return report
+    with loaded:
+        report.metadata = dict(loaded.metadata)
+        file_api = api
+        if api == "auto" and loaded.metadata.get("maskcheck.api") in CAPTURE_APIS:
+            file_api = loaded.metadata["maskcheck.api"]
+        try:
+            for source in loaded.tensors:
+                report.tensors.append(analyze_source(
+                    source, api=file_api, query_dtype=query_dtype, selection=selection,
+                    block_rows=block_rows))
+        except (OSError, ValueError) as e:
+            report.error = f"could not read tensor data: {e}"
+        except FileProblem as e:
+            report.error = e.problem
+    if loaded.tensor_errors:
+        msg = "; ".join(f"tensor {n!r}: {p}" for n, p in loaded.tensor_errors[:3])
+        report.error = report.error or msg
+    return report
+
+
+def _analyze_file_detached(
+    path: str, keys: Sequence[str] | None, api: str, query_dtype: str | None,
+    selection: Selection | None,
+) -> FileReport:
+    report = analyze_file(path, keys=keys, api=api, query_dtype=query_dtype, selection=selection)
+    for t in report.tensors:
+        t.summary = None  # numpy arrays stay in the worker
+    return report
+
+
+def analyze_paths(
+    paths: Iterable[str],
+    *,
+    keys: Sequence[str] | None = None,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    jobs: int | None = None,
+) -> Report:
+    from maskcheck.io import expand_paths
+
+    files, problems = expand_paths(list(paths))
+    reports: dict[str, FileReport] = {p: FileReport(path=p, error=why) for p, why in problems}
+    workers = min(jobs or os.cpu_count() or 1, len(files))
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection)
+                       for f in files]
+            for f, fut in zip(files, futures, strict=True):
+                reports[f] = fut.result()
+    else:
+        for f in files:
+            reports[f] = analyze_file(f, keys=keys, api=api, query_dtype=query_dtype,
+                                      selection=selection)
+    order = [p for p, _ in problems] + files
+    return Report(files=[reports[p] for p in order])
