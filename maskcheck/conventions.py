@@ -28,13 +28,19 @@ FINFO_MIN: dict[str, float] = {
 }
 FINFO_MAX: dict[str, float] = {k: -v for k, v in FINFO_MIN.items()}
 
-# A masked additive value whose magnitude is below this leaves exp(score + value) large
-# enough to matter when raw scores span more than it (TransformerLens#318 leaked with -1e5
-# because its raw scores were below -1e5; values this small leak with ordinary scores).
+# Below this magnitude a negative value is a bias (ALiBi-style), not a masked value.
 WEAK_MASK_MAGNITUDE = 1e3
-# An additive value at or below this counts as "masked" when reading rows of a float mask
-# that also carries small biases (ALiBi-style): exp(-1e3) underflows to 0 in every dtype.
-ADDITIVE_MASKED_BELOW = -WEAK_MASK_MAGNITUDE
+# A masked additive value must be at least this large in magnitude. Raw scores of unscaled or
+# large models reach 1e5 (TransformerLens#318 leaked with -1e5), so wide dtypes want -inf,
+# finfo.min or <= -1e6; float16 tops out at 65504, where -1e4 is the usual safe choice.
+STRONG_MASK_MAGNITUDE: dict[str, float] = {
+    "float16": 1e4, "float8_e4m3fn": 400.0, "float8_e5m2": 1e4,
+}
+STRONG_MASK_MAGNITUDE_DEFAULT = 1e6
+
+
+def strong_mask_magnitude(dtype: str) -> float:
+    return STRONG_MASK_MAGNITUDE.get(dtype, STRONG_MASK_MAGNITUDE_DEFAULT)
 # Up to this many distinct values are tracked exactly; a mask has 2-3.
 MAX_DISTINCT = 64
 # Distinct values above which a float tensor is a weight/activation, not a mask.

@@ -299,6 +299,15 @@ def _score(r: Reading) -> float:
         base -= 1.0
     if "empty" in r.cores:
         base -= 1.0
+    if r.unit_rows == 1 and len(r.units) > 1:
+        # A padded batch is padded to its longest sequence, which keeps every key; no
+        # sequence is all padding. A reading with such a row and no empty one is the batch.
+        full = any(u.core == "full" and not (u.pad_left or u.pad_right) for u in r.units)
+        empty = "empty" in r.cores
+        if full and not empty:
+            base += 1.0
+        elif empty and not full:
+            base -= 1.0
     return base
 
 

@@ -8,8 +8,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from maskcheck.analysis.combine import padding_with_attn_mask
 from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
+from maskcheck.conventions import CONVENTIONS
 from maskcheck.errors import FileProblem
 from maskcheck.io.base import TensorSource
 from maskcheck.model import FileReport, Report, TensorReport
@@ -28,7 +30,46 @@ def analyze_source(
     block_rows: int | None = None,
 ) -> TensorReport:
     summary = summarize(source, block_rows)
-    return report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
+    report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
+    _preview_worst_matrix(report, source, summary)
+    return report
+
+
+def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSummary) -> None:
+    """Draw the matrix the most severe finding points at, not always batch 0, head 0."""
+    if report.preview is None or len(s.shape) < 3:
+        return
+    ranked = sorted((f for f in report.findings if f.where),
+                    key=lambda f: -f.severity.rank)
+    if not ranked:
+        return
+    first = ranked[0].where[0]
+    lead = s.shape[:-2]
+    if len(first) < len(lead):
+        return
+    origin = tuple(int(i) for i in first[: len(lead)])
+    matrix = int(np.ravel_multi_index(origin, lead))
+    if matrix == 0:
+        return
+    cell_r, cell_c = s.preview_scale
+    L, S = s.matrix_rows, s.cols
+    grid = np.zeros_like(np.asarray(report.preview, float))
+    step = max(cell_r, (4 << 20) // max(1, S))
+    step -= step % cell_r
+    for start in range(0, L, step):
+        stop = min(L, start + step)
+        block = source.read_rows(matrix * L + start, matrix * L + stop)
+        nz = block if block.dtype == np.bool_ else block != 0
+        padded = np.zeros((stop - start, grid.shape[1] * cell_c), bool)
+        padded[:, :S] = nz
+        per_cell = padded.reshape(stop - start, grid.shape[1], cell_c).sum(axis=2)
+        np.add.at(grid, np.arange(start, stop) // cell_r, per_cell)
+    rows_in = np.minimum(cell_r, L - np.arange(grid.shape[0]) * cell_r)
+    cols_in = np.minimum(cell_c, S - np.arange(grid.shape[1]) * cell_c)
+    frac = grid / np.outer(rows_in, cols_in)
+    keep = CONVENTIONS[report.convention].nonzero_means != "masked"
+    report.preview = np.round(frac if keep else 1.0 - frac, 4).tolist()
+    report.preview_origin = origin
 
 
 def report_from_summary(
@@ -104,6 +145,9 @@ def analyze_file(
                 report.tensors.append(analyze_source(
                     source, api=file_api, query_dtype=query_dtype, selection=selection,
                     block_rows=block_rows))
+            if selection is None or selection.allows("MC002"):
+                report.findings.extend(
+                    padding_with_attn_mask(loaded.tensors, report.tensors))
         except (OSError, ValueError) as e:
             report.error = f"could not read tensor data: {e}"
         except FileProblem as e:

@@ -79,10 +79,12 @@ register(RuleInfo(
 register(RuleInfo(
     "MC013", "weak-mask-value", W, "mask",
     "The masked value is too small in magnitude to suppress attention.",
-    "An additive mask value v leaves weight exp(s + v) on a masked key. Values closer to zero "
-    "than -1e3 (maskcheck's threshold: exp(-1000) is 0 in every float dtype) let masked keys "
-    "take part whenever raw scores span about |v|, which happens in unscaled or large "
-    "models (TransformerLens#318 leaked even with -1e5).",
+    "An additive mask value v leaves weight exp(s + v) on a masked key, and masked keys take "
+    "part whenever raw scores span about |v|. Raw scores of unscaled or large models reach 1e5 "
+    "(TransformerLens#318 leaked with -1e5). maskcheck's thresholds: |v| >= 1e4 for float16 "
+    "masks (the format tops out at 65504, so -1e4 is the usual safe choice there) and "
+    "|v| >= 1e6 for wider dtypes; -inf and torch.finfo(dtype).min always pass. Negative values "
+    "smaller than 1e3 beside others are read as a bias, not a mask.",
     "mask = torch.triu(torch.full((L, L), -10.0), diagonal=1)",
     "mask = torch.triu(torch.full((L, L), float('-inf')), diagonal=1)",
     "use -inf (with SDPA) or torch.finfo(dtype).min",

@@ -195,14 +195,15 @@ def weak_mask_value(ctx: MaskContext) -> Iterator[Finding]:
     inf = ctx.inf
     if inf.value_kind != "additive":
         return
-    weak = [v for v in inf.masked_values
-            if v < 0 and math.isfinite(v) and -v < cv.WEAK_MASK_MAGNITUDE]
-    strong = [v for v in inf.masked_values if v <= -cv.WEAK_MASK_MAGNITUDE]
-    if weak and not strong:
+    limit = cv.strong_mask_magnitude(ctx.summary.dtype)
+    weak = [v for v in inf.masked_values if v < 0 and math.isfinite(v) and -v < limit]
+    if weak and len(weak) == len([v for v in inf.masked_values if v < 0]):
+        worst = max(weak)
         yield ctx.finding(
-            "MC013", f"masked value {cv_fmt(min(weak))} is smaller in magnitude than "
-            f"{cv.WEAK_MASK_MAGNITUDE:g}: masked keys keep weight exp(score {cv_fmt(min(weak))})",
-            fix="use float('-inf') or torch.finfo(dtype).min")
+            "MC013", f"masked value {cv_fmt(worst)} is smaller in magnitude than {limit:g} "
+            f"(for {ctx.summary.dtype}): a masked key still gets weight exp(score {worst:+g}), "
+            "which matters once raw scores span that much",
+            fix="use float('-inf') (SDPA) or torch.finfo(dtype).min")
 
 
 @check("MC014")
@@ -233,7 +234,7 @@ def dtype_overflow(ctx: MaskContext) -> Iterator[Finding]:
 @check("MC021")
 def finfo_min_sum(ctx: MaskContext) -> Iterator[Finding]:
     s = ctx.summary
-    if ctx.inf.value_kind == "additive" and s.finfo_min_count and not s.neginf_count:
+    if ctx.inf.value_kind == "additive" and s.finfo_min_count:
         yield ctx.finding(
             "MC021", f"{s.finfo_min_count} value(s) at finfo({s.dtype}).min: adding another "
             "such mask overflows to -inf", _rows_where(s, np.array(s.finfo_min_rows)))

@@ -62,6 +62,8 @@ GOOD: dict[str, tuple[Callable[[], np.ndarray], dict[str, str]]] = {
         {"name": "attn_mask", "api": "sdpa"}),
     "eager-finfo-left": (
         lambda: additive(hf_left_padded_causal([5, 3], 5), F32_MIN), {"name": "causal_mask"}),
+    "fp16-minus-1e4": (lambda: additive(tril(), -1e4, np.float16), {"name": "attn_mask"}),
+    "fp32-minus-1e9": (lambda: additive(tril(), -1e9), {"name": "attn_mask"}),
     "lower-right-kv-cache": (lambda: np.tril(np.ones((2, 6), bool), 4), {"name": "attn_mask",
                                                                        "api": "sdpa"}),
 }
@@ -70,6 +72,8 @@ ALLOWED = {
     "sdpa-bool-causal": {"MC050"},
     "mha-bool-causal": {"MC050"},
     "float-causal-inf": {"MC050"},
+    "fp16-minus-1e4": {"MC050"},
+    "fp32-minus-1e9": {"MC050"},
     "eager-finfo-left": {"MC002", "MC021"},
 }
 
@@ -88,19 +92,23 @@ def test_correct_masks_stay_silent(case: str) -> None:
 BAD: dict[str, list[tuple[Callable[[], np.ndarray], dict[str, str]]]] = {
     "MC001": [(lambda: np.array([[0, np.nan, -np.inf]], np.float32), {"name": "attn_mask"})],
     "MC002": [
-        (lambda: np.array([[False, False, True], [True, True, True]]),
+        (lambda: np.array([[False, False, True], [True, True, True], [False, False, False]]),
          {"name": "key_padding_mask"}),  # pytorch/pytorch#40932
         (lambda: np.concatenate([tril(5, 10)[:5], np.zeros((1, 10), bool)])[None, None],
          {"name": "attn_mask", "api": "sdpa"}),  # pytorch/pytorch#103749
     ],
     "MC010": [
         (lambda: np.triu(np.ones((L, L), bool), 1), {"name": "attn_mask", "api": "sdpa"}),
+        # an HF keep-mask (.bool()) used as MHA key_padding_mask: no row unpadded, one empty
+        (lambda: padded_keep([6, 3], 6), {"name": "key_padding_mask", "api": "mha"}),
         (lambda: tril(), {"name": "tgt_mask"}),
         (lambda: additive(padded_keep([4, 2], 4)), {"name": "attention_mask"}),
     ],
     "MC011": [(lambda: additive(tril(), 1e9), {"name": "attn_mask"})],
     "MC012": [(lambda: tril().astype(np.float32), {"name": "attn_mask", "api": "sdpa"})],
-    "MC013": [(lambda: additive(tril(), -10.0), {"name": "attn_mask"})],
+    "MC013": [(lambda: additive(tril(), -10.0), {"name": "attn_mask"}),
+              (lambda: additive(tril(), -1e5), {"name": "attn_mask"}),  # TransformerLens#318
+              (lambda: additive(tril(), -1e3, np.float16), {"name": "attn_mask"})],
     "MC014": [(lambda: np.where(tril(), 1.0, -np.inf).astype(np.float32), {"name": "attn_mask"})],
     "MC020": [(lambda: additive(tril(), -1e9), {"name": "attn_mask", "query_dtype": "float16"})],
     "MC021": [(lambda: additive(tril(), F32_MIN), {"name": "attn_mask"})],
@@ -142,7 +150,10 @@ def test_every_mask_rule_has_a_check_and_a_bad_example() -> None:
 def test_rule_metadata_is_complete_and_unique() -> None:
     rules = all_rules()
     assert len({r.code for r in rules}) == len(rules)
-    assert len({r.name for r in rules}) == len(rules)
+    # Names are unique within a kind; the CONTRACT gives MC060 and MC506 one name.
+    for kind in ("mask", "call", "source"):
+        of_kind = [r.name for r in rules if r.kind == kind]
+        assert len(set(of_kind)) == len(of_kind), kind
     for r in rules:
         assert r.summary and r.explanation and r.bad and r.good, r.code
 
