@@ -89,7 +89,8 @@ CONVENTIONS: dict[str, ConventionSpec] = {
     "multiplicative": ConventionSpec(
         "multiplicative", "keep", "float 0/1, 1 = attend",
         "masks meant to be multiplied into attention weights"),
-    "not-a-mask": ConventionSpec("not-a-mask", None, "values fit no convention", "weights, activations"),
+    "not-a-mask": ConventionSpec(
+        "not-a-mask", None, "values fit no convention", "weights, activations"),
     "ambiguous": ConventionSpec("ambiguous", None, "could be more than one convention", ""),
 }
 
@@ -144,22 +145,24 @@ class NameHint:
 
 
 # Ordered: first match wins.
+_MASKED: Convention = "bool-true-masked"
+_KEEP: Convention = "bool-true-keep"
 NAME_HINTS: tuple[NameHint, ...] = (
-    NameHint("*key_padding_mask", "mha", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.8),
-    NameHint("src_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
-    NameHint("tgt_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
-    NameHint("memory_mask", "mha", "attn_mask", "bool-true-masked", None, 0.7),
-    NameHint("*padding_mask", "auto", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.5),
-    NameHint("pad_mask", "auto", "key_padding_mask", "bool-true-masked", "int-one-masked", 0.5),
-    NameHint("attention_mask", "hf", "hf_attention_mask", "bool-true-keep", "int-one-keep", 0.7),
-    NameHint("*attention_mask", "hf", "hf_attention_mask", "bool-true-keep", "int-one-keep", 0.6),
+    NameHint("*key_padding_mask", "mha", "key_padding_mask", _MASKED, "int-one-masked", 0.8),
+    NameHint("src_mask", "mha", "attn_mask", _MASKED, None, 0.7),
+    NameHint("tgt_mask", "mha", "attn_mask", _MASKED, None, 0.7),
+    NameHint("memory_mask", "mha", "attn_mask", _MASKED, None, 0.7),
+    NameHint("*padding_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked", 0.5),
+    NameHint("pad_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked", 0.5),
+    NameHint("attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep", 0.7),
+    NameHint("*attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep", 0.6),
     NameHint("attn_mask", "auto", "attn_mask", None, None, 0.0),
     NameHint("*attn_mask", "auto", "attn_mask", None, None, 0.0),
     NameHint("causal_mask", "auto", "attn_mask", None, None, 0.0),
-    NameHint("*keep*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
-    NameHint("*valid*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
-    NameHint("*visible*", "auto", "unknown", "bool-true-keep", "int-one-keep", 0.4),
-    NameHint("block_mask", "flex", "attn_mask", "bool-true-keep", None, 0.5),
+    NameHint("*keep*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
+    NameHint("*valid*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
+    NameHint("*visible*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
+    NameHint("block_mask", "flex", "attn_mask", _KEEP, None, 0.5),
 )
 
 
@@ -185,8 +188,8 @@ def invert_fix(api: str, role: str) -> str:
             return "attn_mask = ~key_padding_mask[:, None, None, :]  # SDPA: True = may attend"
         return "attn_mask = ~mask  # SDPA: True = may attend"
     if api == "mha":
-        return "key_padding_mask = ~mask  # MHA: True = do not attend" if role == "key_padding_mask" \
-            else "attn_mask = ~mask  # MHA: True = do not attend"
+        arg = "key_padding_mask" if role == "key_padding_mask" else "attn_mask"
+        return f"{arg} = ~mask  # MHA: True = do not attend"
     if api == "hf":
         return "attention_mask = (~mask).long()  # HF: 1 = real token"
     if api == "flex":

@@ -20,7 +20,7 @@ MAX_COMBINED = 1 << 24
 
 def _kept(source: TensorSource, report: TensorReport) -> np.ndarray | None:
     means = CONVENTIONS[report.convention].nonzero_means
-    if means is None or report.findings and any(f.code == "MC010" for f in report.findings):
+    if means is None or any(f.code == "MC010" for f in report.findings):
         return None
     rows = int(np.prod(source.shape[:-1])) if len(source.shape) > 1 else 1
     data = source.read_rows(0, rows).reshape(source.shape)
@@ -54,8 +54,9 @@ def padding_with_attn_mask(
             else:
                 ak = ak[None, None]
             combined = ak & pk[:, None, None, :]
-            empty = ~combined.any(-1)
-            alone = ~ak.any(-1) | ~pk.any(-1)[:, None, None]
+            empty = np.logical_not(np.any(combined, axis=-1))
+            pad_empty = np.logical_not(np.any(pk, axis=-1))
+            alone = np.logical_not(np.any(ak, axis=-1)) | np.asarray(pad_empty)[:, None, None]
             new = np.argwhere(empty & ~np.broadcast_to(alone, empty.shape))
             if not new.size:
                 continue

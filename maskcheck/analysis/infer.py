@@ -230,7 +230,8 @@ def _row_kept_cols(first: np.ndarray, last: np.ndarray, count: np.ndarray, S: in
     # Only used for 1-row units: a row's kept columns span [first, last] when contiguous;
     # for a scattered row, classify() sees contiguous=False before looking at columns.
     cols = np.arange(S)
-    return (count[:, None] > 0) & (cols[None, :] >= first[:, None]) & (cols[None, :] <= last[:, None])
+    inside = (cols[None, :] >= first[:, None]) & (cols[None, :] <= last[:, None])
+    return (count[:, None] > 0) & inside
 
 
 def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
@@ -349,7 +350,8 @@ def _expected(
         spec = APIS[declared]
         conv = spec.int_convention if int_like else spec.bool_convention
         if int_like and conv is None and spec.bool_convention:
-            conv = "int-one-masked" if spec.bool_convention == "bool-true-masked" else "int-one-keep"
+            masked = spec.bool_convention == "bool-true-masked"
+            conv = "int-one-masked" if masked else "int-one-keep"
         return conv, f"--api {declared}"
     if isinstance(hint, NameHint):
         conv = hint.int_convention if int_like else hint.bool_convention

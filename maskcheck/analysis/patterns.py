@@ -90,11 +90,18 @@ def _cores(
             a, b = window
             out.append((
                 "sliding-window",
-                lambda r, a=a, b=b, off=off: (r + off - a, r + off + b),
+                _window_expect(a, b, off),
                 {"window": a + b + 1, "window_back": a, "window_forward": b,
                  "aligned": "lower-right" if off else "upper-left"},
             ))
     return out
+
+
+def _window_expect(a: int, b: int, off: int) -> Expect:
+    def expect(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return r + off - a, r + off + b
+
+    return expect
 
 
 def _window(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from maskcheck.model import Severity
 from maskcheck.rules.registry import RuleInfo, register
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 register(RuleInfo(
     "MC001", "nan-in-mask", E, "mask",
@@ -113,7 +113,7 @@ register(RuleInfo(
     "use torch.finfo(query.dtype).min, built in the query's dtype",
 ))
 register(RuleInfo(
-    "MC021", "finfo-min-sum", I, "mask",
+    "MC021", "finfo-min-sum", INFO, "mask",
     "Values at finfo.min: adding a second mask overflows to -inf.",
     "finfo.min is the safest masked value for an eager softmax (no NaN), but it leaves no room: "
     "finfo.min + finfo.min = -inf in fp16, bf16 and fp32. Summing a causal and a padding mask "
@@ -208,7 +208,7 @@ register(RuleInfo(
     "build padding from the sequence lengths",
 ))
 register(RuleInfo(
-    "MC050", "dense-causal-mask", I, "mask",
+    "MC050", "dense-causal-mask", INFO, "mask",
     "Exactly causal: pass is_causal=True instead.",
     "A dense causal mask costs L*S memory and, on CUDA, keeps FlashAttention from running (it "
     "takes is_causal but not an arbitrary mask). is_causal=True gives the same result "
@@ -218,7 +218,7 @@ register(RuleInfo(
     "drop the mask and pass is_causal=True",
 ))
 register(RuleInfo(
-    "MC051", "redundant-broadcast-dims", I, "mask",
+    "MC051", "redundant-broadcast-dims", INFO, "mask",
     "Identical across batch/head dims: store with size-1 dims.",
     "Every attention API broadcasts size-1 batch and head dims. Materialising copies multiplies "
     "the mask's memory and bandwidth by N*H for nothing.",

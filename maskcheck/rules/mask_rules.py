@@ -106,7 +106,8 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
             what = _describe_rows(real.size, "sequence") + " with every key masked"
         else:
             what = _describe_rows(real.size, "query row") + " with no key to attend"
-        fix = cv.padding_fix(ctx.api) if inf.padding_role else None
+        fix = ("drop sequences that are all padding from the batch (or unmask one key for "
+               "them and zero their output)") if inf.padding_role else None
         yield ctx.finding("MC002", f"{what}: {effect}", _rows_where(s, real), fix)
     if padded.size:
         info = get_rule("MC002")

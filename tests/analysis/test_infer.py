@@ -74,7 +74,7 @@ def test_bfloat16_finfo_min_mask() -> None:
 
 
 def test_mha_key_padding_mask_fully_padded_sequence_is_an_error() -> None:
-    kpm = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    kpm = torch.tensor([[False, False, True, True], [True, True, True, True], [False] * 4])
     r = maskcheck.analyze(kpm, name="src_key_padding_mask")
     assert (r.convention, r.role) == ("bool-true-masked", "key_padding_mask")
     (f,) = [f for f in r.findings if f.code == "MC002"]

@@ -1,0 +1,116 @@
+"""Replay a capture (or a mask with generated q/k/v) on a device: runs, findings, mask reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from maskcheck.attention.call import DTYPES, AttentionCall
+from maskcheck.attention.capture_file import load_call
+from maskcheck.attention.findings import call_findings
+from maskcheck.attention.paths import PathsResult, run_all_paths
+from maskcheck.errors import UsageError
+from maskcheck.model import FileReport, TensorReport
+from maskcheck.selection import Selection
+
+DEVICES = ("cpu", "cuda", "mps", "auto")
+
+
+@dataclass
+class ReplayResult:
+    report: FileReport
+    paths: PathsResult
+    generated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    name = name.strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: no CUDA device is available to torch "
+                             f"{torch.__version__}")
+        return torch.device(name)
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise UsageError("--device mps: MPS is not available to this torch")
+        return torch.device("mps")
+    if name == "cpu":
+        return torch.device("cpu")
+    raise UsageError(f"--device takes {'|'.join(DEVICES)}, not {name!r}")
+
+
+def resolve_dtype(name: str | None) -> torch.dtype | None:
+    if name is None:
+        return None
+    key = name.strip().lower().removeprefix("torch.")
+    aliases = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
+               "float": "float32", "fp64": "float64", "double": "float64"}
+    key = aliases.get(key, key)
+    if key not in DTYPES:
+        raise UsageError(f"--dtype takes float16, bfloat16, float32 or float64, not {name!r}")
+    return DTYPES[key]
+
+
+def mask_reports(call: AttentionCall, selection: Selection | None) -> list[TensorReport]:
+    from maskcheck.analysis import analyze_source
+    from maskcheck.io.base import ArraySource
+
+    api = {"mha": "mha", "sdpa": "sdpa", "manual": "eager"}.get(call.api, "auto")
+    out = []
+    for name in ("attn_mask", "key_padding_mask"):
+        t = getattr(call, name)
+        if t is None:
+            continue
+        arr, dtype = to_numpy(t)
+        out.append(analyze_source(ArraySource(name, arr, dtype=dtype), api=api,
+                                  query_dtype=call.dtype, selection=selection))
+    return out
+
+
+def to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
+    dtype = str(t.dtype).removeprefix("torch.")
+    t = t.detach().to("cpu")
+    if t.dtype == torch.bfloat16 or (t.dtype.itemsize == 1 and t.is_floating_point()):
+        t = t.to(torch.float32)  # widened exactly, as the io layer does
+    return t.numpy(), dtype
+
+
+def run_call(call: AttentionCall, path: str, *, selection: Selection | None = None,
+             metadata: dict[str, str] | None = None) -> ReplayResult:
+    paths = run_all_paths(call)
+    tensors = mask_reports(call, selection)
+    report = FileReport(path=path, tensors=tensors,
+                        findings=call_findings(paths, selection), runs=paths.runs,
+                        metadata=dict(metadata or {}))
+    info = {"torch": str(torch.__version__), "device": call.device, "dtype": call.dtype,
+            "api": call.api, "picked": paths.picked, "unavailable": paths.unavailable,
+            "shapes": {n: list(getattr(call, n).shape) for n in
+                       ("query", "key", "value", "attn_mask", "key_padding_mask")
+                       if getattr(call, n) is not None},
+            "kwargs": call.kwargs, "self_attention": call.self_attention()}
+    return ReplayResult(report, paths, False, info)
+
+
+def replay_file(path: str, *, device: str = "cpu", dtype: str | None = None,
+                api: str = "auto", heads: int = 2, dim: int = 8,
+                selection: Selection | None = None) -> ReplayResult:
+    dev = resolve_device(device)
+    want = resolve_dtype(dtype)
+    call, meta, generated = load_call(path, api=api, heads=heads, dim=dim)
+    call = call.to(dev, want)
+    result = run_call(call, path, selection=selection, metadata=meta)
+    result.generated = generated
+    result.info["generated"] = generated
+    return result

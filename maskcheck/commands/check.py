@@ -1,0 +1,230 @@
+"""`maskcheck check PATH...`: the pre-commit / CI gate over Python sources and mask files.
+
+The path over `.py` files imports neither torch nor numpy: mask files (and with them
+`maskcheck.analysis`) are only touched when some are among the inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from maskcheck.config import Config, common_start, discover
+from maskcheck.errors import MaskcheckError, UsageError
+from maskcheck.model import FileReport, Report, Severity
+from maskcheck.selection import Selection, parse_severity, split_codes
+
+FORMATS = ("concise", "text", "json", "sarif", "github")
+API_CHOICES = ("mha", "sdpa", "hf", "eager", "flex", "auto")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    fail_on: str | None = None
+    api: str | None = None
+    jobs: int | None = None
+
+
+def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severity]:
+    """Collect, lint and analyse; the failing severity comes from the CLI or the config."""
+    from maskcheck.lint.files import collect
+    from maskcheck.lint.runner import lint_files
+
+    config = discover(common_start(paths))
+    selection = _selection(config, opts)
+    fail_on = parse_severity(opts.fail_on) if opts.fail_on else config.fail_on or Severity.ERROR
+    api = _api(opts.api or config.api or "auto")
+    inputs = collect(paths, config)
+    items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.sources]
+    reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
+    files = [FileReport(path=str(p), error=why) for p, why in inputs.problems]
+    files += [reports[path] for path, _ in items]
+    files += [_analyze_mask(p, api, selection, config) for p in inputs.masks]
+    return Report(files=files), fail_on
+
+
+def _selection(config: Config, opts: CheckOptions) -> Selection:
+    select = list(opts.select) or (list(config.select) if config.select is not None else None)
+    origin = "the command line" if opts.select else f"{config.path} [tool.maskcheck]"
+    return Selection.build(
+        select,
+        [*config.ignore, *opts.ignore],
+        [*config.extend_select, *opts.extend_select],
+        origin=origin if config.path is not None else "the command line",
+    )
+
+
+def _enabled_for(path: Path, selection: Selection, config: Config) -> frozenset[str]:
+    enabled = frozenset(c for c in selection.enabled if c.startswith("MC5"))
+    ignored = config.ignored_for(path)
+    if not ignored:
+        return enabled
+    from maskcheck.selection import expand
+
+    drop: set[str] = set()
+    for sel in ignored:
+        drop |= expand(sel, origin=f"{config.path} per-file-ignores")
+    return enabled - drop
+
+
+def _analyze_mask(path: Path, api: str, selection: Selection, config: Config) -> FileReport:
+    from maskcheck.analysis import analyze_file
+
+    ignored = config.ignored_for(path)
+    if ignored:
+        selection = Selection(selection.enabled - Selection.build(ignored).enabled)
+    report = analyze_file(str(path), api=api, selection=selection)
+    for t in report.tensors:
+        t.summary = None
+    return report
+
+
+def _api(value: str) -> str:
+    api = value.strip().lower()
+    if api not in API_CHOICES:
+        raise UsageError(f"--api takes {'|'.join(API_CHOICES)}, not {value!r}")
+    return api
+
+
+def render(report: Report, fmt: str, *, statistics: bool) -> str:
+    from maskcheck import __version__
+
+    if fmt == "json":
+        return json.dumps(report.to_json(__version__), indent=2) + "\n"
+    if fmt == "sarif":
+        from maskcheck.render import sarif
+
+        return json.dumps(sarif.render(report, __version__), indent=2) + "\n"
+    if fmt == "github":
+        from maskcheck.render import github
+
+        return github.render(report)
+    from maskcheck.render import concise
+
+    return concise.render(report, statistics=statistics)
+
+
+def run_check(
+    paths: list[Path], opts: CheckOptions, *, fmt: str = "concise", statistics: bool = False,
+    exit_zero: bool = False,
+) -> int:
+    fmt = fmt.strip().lower()
+    if fmt not in FORMATS:
+        raise UsageError(f"--format takes {'|'.join(FORMATS)}, not {fmt!r}")
+    if not paths:
+        raise UsageError("check needs at least one PATH")
+    report, fail_on = build_report(paths, opts)
+    sys.stdout.write(render(report, fmt, statistics=statistics))
+    code = report.exit_code(fail_on)
+    return 0 if exit_zero and code == 1 else code
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="maskcheck check",
+        description="Lint Python sources and check mask files; findings only, exit code for "
+        "gating.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("--format", "--output-format", dest="fmt", default="concise",
+                   metavar="FORMAT", help="concise, json, sarif or github")
+    for flag in ("--select", "--ignore", "--extend-select"):
+        p.add_argument(flag, action="append", default=[], metavar="CODES")
+    p.add_argument("--fail-on", metavar="SEVERITY")
+    p.add_argument("--api", metavar="API")
+    p.add_argument("--statistics", action="store_true")
+    p.add_argument("--exit-zero", action="store_true")
+    p.add_argument("--jobs", "-j", type=int, metavar="N")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`maskcheck check` without Typer: the pre-commit path, where start-up time matters.
+
+    Same options and exit codes as the Typer command; errors are mapped as `cli.main` does.
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    parser.__class__ = _Parser
+    try:
+        ns = parser.parse_args(args_list)
+        if ns.jobs is not None and ns.jobs < 1:
+            raise UsageError("--jobs takes a number >= 1")
+        opts = CheckOptions(
+            select=tuple(split_codes(ns.select)), ignore=tuple(split_codes(ns.ignore)),
+            extend_select=tuple(split_codes(ns.extend_select)), fail_on=ns.fail_on,
+            api=ns.api, jobs=ns.jobs,
+        )
+        return run_check(ns.paths, opts, fmt=ns.fmt, statistics=ns.statistics,
+                         exit_zero=ns.exit_zero)
+    except MaskcheckError as e:
+        print(f"maskcheck: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("maskcheck: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if ns_debug(args_list):
+            raise
+        print(f"maskcheck: internal error: {type(e).__name__}: {e} "
+              "(this is a bug; rerun with --debug for the traceback)", file=sys.stderr)
+        return 3
+
+
+def ns_debug(args: list[str]) -> bool:
+    import os
+
+    return "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
+
+
+def register(app: Any) -> None:
+    """Add `check` to the Typer app; Typer is imported here, not on the fast path."""
+    import typer
+
+    opt = typer.Option
+
+    def check_command(
+        paths: list[Path] = typer.Argument(  # noqa: B008
+            ..., metavar="PATH", help="Python sources, mask files or directories."),
+        output_format: str = opt("concise", "--format", "--output-format", metavar="FORMAT",
+                                 help="concise, json, sarif or github."),
+        select: list[str] = opt([], metavar="CODES", help="Only these rules."),  # noqa: B008
+        ignore: list[str] = opt([], metavar="CODES", help="Skip these rules."),  # noqa: B008
+        extend_select: list[str] = opt(  # noqa: B008
+            [], metavar="CODES", help="Add rules to the selection."),
+        fail_on: str | None = opt(
+            None, metavar="SEVERITY", help="Fail at: error|warning|info (default error)."),
+        api: str | None = opt(None, metavar="API", help="The API mask files are meant for."),
+        statistics: bool = opt(False, "--statistics", help="Counts per rule."),
+        exit_zero: bool = opt(False, "--exit-zero", help="Exit 0 even with findings."),
+        jobs: int | None = opt(None, "--jobs", "-j", min=1, metavar="N",
+                               help="Processes for many files."),
+    ) -> int:
+        """Lint Python sources and check mask files; findings only, exit code for gating."""
+        opts = CheckOptions(
+            select=tuple(split_codes(select)), ignore=tuple(split_codes(ignore)),
+            extend_select=tuple(split_codes(extend_select)), fail_on=fail_on, api=api,
+            jobs=jobs,
+        )
+        return run_check(list(paths), opts, fmt=output_format, statistics=statistics,
+                         exit_zero=exit_zero)
+
+    app.command("check")(check_command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

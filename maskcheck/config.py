@@ -1,0 +1,163 @@
+"""`[tool.maskcheck]` in pyproject.toml, found upward from the checked files."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import get_args
+
+from maskcheck.errors import UsageError
+from maskcheck.model import Api, Severity
+from maskcheck.selection import expand, parse_severity
+
+
+KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "fail-on", "exclude", "api")
+DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__",
+                   ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules", "build",
+                   "dist", "site-packages", ".eggs")
+
+
+class ConfigError(UsageError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None  # the pyproject.toml it came from
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    fail_on: Severity | None = None
+    exclude: tuple[str, ...] = ()
+    api: str | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent if self.path is not None else Path.cwd()
+
+    def relative(self, file: Path) -> str:
+        try:
+            return file.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return file.as_posix()
+
+    def is_excluded(self, file: Path) -> bool:
+        rel = self.relative(file)
+        parts = rel.split("/")
+        return any(
+            fnmatch.fnmatch(rel, pat) or any(fnmatch.fnmatch(p, pat) for p in parts)
+            for pat in self.exclude
+        )
+
+    def ignored_for(self, file: Path) -> tuple[str, ...]:
+        rel = self.relative(file)
+        name = file.name
+        out: list[str] = []
+        for pattern, codes in self.per_file_ignores:
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern):
+                out.extend(codes)
+        return tuple(out)
+
+
+def _where(path: Path, key: str) -> str:
+    return f"{path}: [tool.maskcheck] {key}"
+
+
+def _code_list(path: Path, key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{_where(path, key)}: expected a list of rule codes, "
+                          f"got {type(value).__name__} {value!r}")
+    for v in value:
+        expand(v, origin=f"{path} [tool.maskcheck] {key}")
+    return tuple(value)
+
+
+def _str_list(path: Path, key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{_where(path, key)}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def parse(table: object, path: Path) -> Config:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.maskcheck] must be a table")
+    for key in table:
+        if key not in KEYS:
+            hint = f" (did you mean {key.replace('_', '-')!r}?)" if "_" in key else ""
+            raise ConfigError(f"{_where(path, key)}: unknown key{hint}; known keys: "
+                              f"{', '.join(KEYS)}")
+    pfi = table.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise ConfigError(f"{_where(path, 'per-file-ignores')}: expected a table of "
+                          f"glob = [codes], got {pfi!r}")
+    per_file = tuple(
+        (str(glob), _code_list(path, f"per-file-ignores.{glob!r}", codes))
+        for glob, codes in pfi.items()
+    )
+    fail_on = table.get("fail-on")
+    if fail_on is not None and not isinstance(fail_on, str):
+        raise ConfigError(f"{_where(path, 'fail-on')}: expected error, warning or info, "
+                          f"got {fail_on!r}")
+    api = table.get("api")
+    if api is not None and (not isinstance(api, str) or api.lower() not in get_args(Api)):
+        raise ConfigError(f"{_where(path, 'api')}: expected one of "
+                          f"{'|'.join(get_args(Api))}, got {api!r}")
+    return Config(
+        path=path,
+        select=_code_list(path, "select", table["select"]) if "select" in table else None,
+        ignore=_code_list(path, "ignore", table.get("ignore", [])),
+        extend_select=_code_list(path, "extend-select", table.get("extend-select", [])),
+        per_file_ignores=per_file,
+        fail_on=None if fail_on is None else parse_severity(
+            fail_on, origin=_where(path, "fail-on")),
+        exclude=_str_list(path, "exclude", table.get("exclude", [])),
+        api=None if api is None else api.lower(),
+    )
+
+
+def load(pyproject: Path) -> Config | None:
+    """The [tool.maskcheck] table of one pyproject.toml, or None when it has none."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    try:
+        with open(pyproject, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{pyproject}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{pyproject}: could not read: {e.strerror or e}") from None
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict) or "maskcheck" not in tool:
+        return None
+    return parse(tool["maskcheck"], pyproject)
+
+
+def discover(start: Path) -> Config:
+    """The nearest pyproject.toml holding [tool.maskcheck], from `start` up to the root."""
+    here = start.resolve()
+    if not here.is_dir():
+        here = here.parent
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            found = load(candidate)
+            if found is not None:
+                return found
+    return Config()
+
+
+def common_start(paths: list[Path]) -> Path:
+    import os
+
+    if not paths:
+        return Path.cwd()
+    resolved = [str(p.resolve()) for p in paths]
+    return Path(os.path.commonpath(resolved))

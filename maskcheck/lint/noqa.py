@@ -1,0 +1,59 @@
+"""Inline suppressions: `# noqa`, `# noqa: MC501,MC503`, `# maskcheck: ignore[MC501]`.
+
+Codes and rule names are both accepted; a bare `# noqa` silences every rule on its line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from maskcheck.rules.registry import get_rule
+
+ALL = frozenset({"*"})
+_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[\w\-]+(?:[ \t]*,[ \t]*[\w\-]+)*))?", re.I)
+_IGNORE = re.compile(r"#\s*maskcheck:\s*ignore\[(?P<codes>[^\]]*)\]", re.I)
+
+
+def _codes(text: str) -> frozenset[str]:
+    out: set[str] = set()
+    for part in text.split(","):
+        key = part.strip()
+        if not key:
+            continue
+        rule = get_rule(key)
+        out.add(rule.code if rule is not None else key.upper())
+    return frozenset(out)
+
+
+def suppressions(source: str) -> Mapping[int, frozenset[str]]:
+    """Line number (1-based) -> codes silenced there (ALL for a bare noqa)."""
+    if "noqa" not in source and "maskcheck" not in source:
+        return {}
+    out: dict[int, frozenset[str]] = {}
+    for number, line in enumerate(source.splitlines(), start=1):
+        if "#" not in line:
+            continue
+        found: set[str] = set()
+        for m in _NOQA.finditer(line):
+            codes = m.group("codes")
+            if codes is None:
+                out[number] = ALL
+                break
+            found |= _codes(codes)
+        else:
+            for m in _IGNORE.finditer(line):
+                found |= _codes(m.group("codes"))
+            if found:
+                out[number] = frozenset(found)
+    return out
+
+
+def is_suppressed(
+    table: Mapping[int, frozenset[str]], code: str, first_line: int, last_line: int
+) -> bool:
+    for line in {first_line, last_line}:
+        codes = table.get(line)
+        if codes is not None and (codes is ALL or code in codes):
+            return True
+    return False
