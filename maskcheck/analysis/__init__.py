@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from maskcheck.io.base import ArraySource, TensorSource
@@ -75,8 +75,10 @@ def analyze_paths(
     query_dtype: str | None = None,
     selection: Selection | None = None,
     jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
+    """Every mask file under `paths`; `progress(bytes_done, bytes_total)` as work goes."""
     from maskcheck.analysis.pipeline import analyze_paths as _impl
 
     return _impl(paths, keys=keys, api=api, query_dtype=query_dtype, selection=selection,
-                 jobs=jobs)
+                 jobs=jobs, progress=progress)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
 from maskcheck.conventions import CONVENTIONS
 from maskcheck.errors import FileProblem
-from maskcheck.io.base import TensorSource
+from maskcheck.io.base import TensorSource, element_size, rows_cols
 from maskcheck.model import FileReport, Report, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
 from maskcheck.selection import Selection
@@ -28,8 +28,9 @@ def analyze_source(
     query_dtype: str | None = None,
     selection: Selection | None = None,
     block_rows: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> TensorReport:
-    summary = summarize(source, block_rows)
+    summary = summarize(source, block_rows, progress=progress)
     report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
     _preview_worst_matrix(report, source, summary)
     return report
@@ -126,7 +127,9 @@ def analyze_file(
     query_dtype: str | None = None,
     selection: Selection | None = None,
     block_rows: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> FileReport:
+    """`progress`, if given, is called with the bytes of tensor data read so far."""
     from maskcheck.io import open_file
 
     report = FileReport(path=path)
@@ -141,10 +144,17 @@ def analyze_file(
         if api == "auto" and loaded.metadata.get("maskcheck.api") in CAPTURE_APIS:
             file_api = loaded.metadata["maskcheck.api"]
         try:
+            done = 0
             for source in loaded.tensors:
+                row_bytes = rows_cols(source.shape)[1] * element_size(source.dtype)
+                on_rows = None
+                if progress is not None:
+                    def on_rows(rows: int, base: int = done, size: int = row_bytes) -> None:
+                        progress(base + rows * size)
                 report.tensors.append(analyze_source(
                     source, api=file_api, query_dtype=query_dtype, selection=selection,
-                    block_rows=block_rows))
+                    block_rows=block_rows, progress=on_rows))
+                done += rows_cols(source.shape)[0] * row_bytes
             if selection is None or selection.allows("MC002"):
                 report.findings.extend(
                     padding_with_attn_mask(loaded.tensors, report.tensors))
@@ -156,6 +166,16 @@ def analyze_file(
         msg = "; ".join(f"tensor {n!r}: {p}" for n, p in loaded.tensor_errors[:3])
         report.error = report.error or msg
     return report
+
+
+Progress = Callable[[int, int], None]
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _analyze_file_detached(
@@ -176,21 +196,36 @@ def analyze_paths(
     query_dtype: str | None = None,
     selection: Selection | None = None,
     jobs: int | None = None,
+    progress: Progress | None = None,
 ) -> Report:
+    """All files under `paths`; `progress` hears of the bytes done out of the files' total."""
     from maskcheck.io import expand_paths
 
     files, problems = expand_paths(list(paths))
     reports: dict[str, FileReport] = {p: FileReport(path=p, error=why) for p, why in problems}
+    sizes = [_size(f) for f in files]
+    total = sum(sizes)
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection)
-                       for f in files]
-            for f, fut in zip(files, futures, strict=True):
+            futures = {pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection):
+                       (f, size) for f, size in zip(files, sizes, strict=True)}
+            done = 0
+            for fut in as_completed(futures):
+                f, size = futures[fut]
                 reports[f] = fut.result()
+                done += size
+                if progress is not None:
+                    progress(done, total)
     else:
-        for f in files:
+        base = 0
+        for f, size in zip(files, sizes, strict=True):
+            on_bytes = None
+            if progress is not None:
+                def on_bytes(n: int, base: int = base, size: int = size) -> None:
+                    progress(base + min(n, size), total)
             reports[f] = analyze_file(f, keys=keys, api=api, query_dtype=query_dtype,
-                                      selection=selection)
+                                      selection=selection, progress=on_bytes)
+            base += size
     order = [p for p, _ in problems] + files
     return Report(files=[reports[p] for p in order])

@@ -179,10 +179,10 @@ def _guess_seq_first(call: AttentionCall, layout: str | None) -> bool:
     if "batch_first" in call.kwargs:
         return not call.kwargs["batch_first"]
     kpm, q, k = call.key_padding_mask, call.query, call.key
-    if kpm is not None and kpm.dim() == 2 and q.dim() == 3 and k.dim() == 3:
-        if tuple(kpm.shape) == (q.shape[0], k.shape[1]) != (q.shape[1], k.shape[0]):
-            return False
-    return True  # nn.MultiheadAttention's default layout: (L, N, E)
+    batch_first_kpm = (kpm is not None and kpm.dim() == 2 and q.dim() == 3 and k.dim() == 3
+                       and tuple(kpm.shape) == (q.shape[0], k.shape[1])
+                       != (q.shape[1], k.shape[0]))
+    return not batch_first_kpm  # else nn.MultiheadAttention's default layout: (L, N, E)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

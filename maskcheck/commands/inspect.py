@@ -118,15 +118,11 @@ def _analyze(
     show_progress: bool,
 ) -> Report:
     from maskcheck.analysis import analyze_paths
-    from maskcheck.render.console import progress_console
+    from maskcheck.render.console import progress_bar
 
-    spinner = progress_console() if show_progress else None
-    if spinner is None:
+    with progress_bar(enabled=show_progress) as on_progress:
         return analyze_paths(paths, keys=keys, api=api, query_dtype=query_dtype,
-                             selection=selection, jobs=jobs)
-    with spinner.status(f"inspecting {len(paths)} path{'s' if len(paths) != 1 else ''}"):
-        return analyze_paths(paths, keys=keys, api=api, query_dtype=query_dtype,
-                             selection=selection, jobs=jobs)
+                             selection=selection, jobs=jobs, progress=on_progress)
 
 
 def _print_text(

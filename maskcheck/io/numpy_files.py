@@ -9,9 +9,11 @@ decompressed as a stream, one block at a time, so a zip bomb costs time, never m
 from __future__ import annotations
 
 import ast
+import lzma
 import math
 import os
 import struct
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -36,6 +38,15 @@ MAX_MEMBERS = 100_000
 MAX_FORTRAN_INFLATE = 256 << 20
 # Deflate cannot expand data more than ~1032:1; a member claiming more lies about its size.
 DEFLATE_MAX_RATIO = 1100
+
+
+# What zipfile and its decompressors raise on corrupt archives (zipfile documents only
+# BadZipFile, but corrupt headers and streams surface as these too).
+ZIP_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, struct.error,
+    NotImplementedError, RuntimeError, KeyError, IndexError, OverflowError, zlib.error,
+    lzma.LZMAError,
+)
 
 
 class _BadNpy(Exception):
@@ -83,7 +94,9 @@ def parse_npy_header(read: Callable[[int], bytes]) -> NpyHeader:
         raise _BadNpy(f"file ends inside the .npy header (header says {length} bytes)")
     try:
         text = raw_text.decode("utf-8" if version == (3, 0) else "latin1")
-        info = ast.literal_eval(text)
+        with warnings.catch_warnings():  # e.g. SyntaxWarning on "\d": the library never prints
+            warnings.simplefilter("ignore")
+            info = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise _BadNpy("header is not a Python literal dict") from None
     shape, fortran, storage = _check_header_dict(info)
@@ -116,7 +129,7 @@ def _dtype(descr: object) -> np.dtype[np.generic]:
         raise _BadNpy(f"descr must be a dtype string, got {_short(descr)}")
     try:
         dt = np.dtype(descr)
-    except (TypeError, ValueError, KeyError, IndexError, RecursionError, MemoryError):
+    except Exception:  # numpy's dtype-string parser has no narrow failure type (SyntaxError..)
         raise _BadNpy(f"unknown dtype {_short(descr)}") from None
     if dt.hasobject:
         raise _BadNpy("object dtype: maskcheck never unpickles (allow_pickle=False)")
@@ -234,8 +247,7 @@ def open_npz(path: str, keys: Sequence[str] | None = None) -> LoadedFile:
         _check_zip_directory(raw)
         try:
             archive = _Archive(raw)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-                struct.error, NotImplementedError, KeyError, IndexError, OverflowError) as e:
+        except ZIP_ERRORS as e:
             raise FileProblem(path, f"not a readable zip archive: {_one_line(e)}") from None
     except BaseException:
         raw.close()
@@ -252,7 +264,7 @@ def _load_npz(archive: _Archive, keys: Sequence[str] | None) -> LoadedFile:
     loaded = LoadedFile(path=path)
     members: dict[str, zipfile.ZipInfo] = {}
     for info in archive.zip.infolist():
-        if info.is_dir():
+        if info.filename.endswith("/"):
             continue
         if not info.filename.endswith(".npy"):
             loaded.skipped.append((info.filename, "not a .npy member"))
@@ -282,8 +294,7 @@ def _member_source(archive: _Archive, name: str, info: zipfile.ZipInfo) -> Tenso
     try:
         with archive.zip.open(info) as stream:
             header = parse_npy_header(stream.read)
-    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError, EOFError,
-            zlib.error, ValueError) as e:
+    except ZIP_ERRORS as e:
         raise _BadNpy(f"cannot decompress member: {_one_line(e)}") from None
     _check_member_size(header, info)
     if header.fortran and len(header.shape) >= 2:
@@ -346,7 +357,7 @@ class ZipStreamSource:
                 self._restart()
             self._skip((start - self._pos) * self._row_bytes)
             data = self._read_exact(n * self._row_bytes)
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError) as e:
+        except ZIP_ERRORS as e:
             self._drop()
             raise FileProblem(self._archive.raw.path,
                               f"member {quote(self.name)}: {_one_line(e)}") from None
@@ -406,7 +417,7 @@ class _LazyFortran:
             try:
                 stream._restart()
                 data = stream._read_exact(self._header.nbytes)
-            except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError) as e:
+            except ZIP_ERRORS as e:
                 raise FileProblem(self._archive.raw.path,
                                   f"member {quote(self.name)}: {_one_line(e)}") from None
             finally:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 FP16_MAX = 65504.0
+MASK_KWARGS = frozenset(
+    {"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask", "attention_mask"}
+)
 KEY_PADDING_KWARGS = frozenset(
     {"key_padding_mask", "src_key_padding_mask", "tgt_key_padding_mask",
      "memory_key_padding_mask"}
@@ -39,6 +42,8 @@ class Hit(NamedTuple):
 class _Scope:
     kind: str  # "module" | "function" | "class"
     no_grad: bool = False
+    fp16_guard: bool = False
+    bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
     zero_masks: dict[str, bool] = field(default_factory=dict)  # name -> nothing non-zero written
     masking_matrices: set[str] = field(default_factory=set)
@@ -225,10 +230,15 @@ def requires_grad_value(value: ast.AST) -> bool:
     return rg is not None and is_true(rg)
 
 
-def is_masking_matrix(node: ast.AST, known: set[str]) -> bool:
-    """A matrix of -inf / large negatives / True: triu of it with diagonal=0 hides the diagonal."""
+def is_masking_matrix(node: ast.AST, known: set[str], kind: str = "any") -> bool:
+    """A matrix of -inf / large negatives (kind "additive") or of True (kind "bool")."""
+    if kind == "any":
+        return is_masking_matrix(node, known, kind="additive") or is_masking_matrix(
+            node, known, kind="bool")
     if isinstance(node, ast.Name):
-        return node.id in known
+        return kind == "additive" and node.id in known
+    if kind == "bool":
+        return _is_true_matrix(node)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         return (is_ones(node.left) and is_masking_value(node.right)) or (
             is_ones(node.right) and is_masking_value(node.left)
@@ -238,9 +248,19 @@ def is_masking_matrix(node: ast.AST, known: set[str]) -> bool:
     name = func_name(node)
     if name in _FULL_FUNCS:
         fill = argument(node, 1, "fill_value")
-        return fill is not None and (is_masking_value(fill) or is_true(fill))
+        return fill is not None and is_masking_value(fill)
     if name == "fill_" and node.args:
         return is_masking_value(node.args[0])
+    return False
+
+
+def _is_true_matrix(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    name = func_name(node)
+    if name in _FULL_FUNCS:
+        fill = argument(node, 1, "fill_value")
+        return fill is not None and is_true(fill)
     if name in _ONES_FUNCS and is_module_call(node):
         return is_bool_dtype(kwarg(node, "dtype"))
     base = receiver(node)
@@ -252,6 +272,20 @@ def is_masking_matrix(node: ast.AST, known: set[str]) -> bool:
         if name == "to":
             return is_bool_dtype(kwarg(node, "dtype"))
     return False
+
+
+def is_wide_float(node: ast.AST | None) -> bool:
+    """An explicit float32/float64 dtype: a -1e9 there is a sentinel, not an fp16 hazard."""
+    name = None if node is None else dotted(node)
+    return name is not None and name.split(".")[-1] in {"float", "float32", "float64", "double"}
+
+
+def mentions_half(node: ast.AST) -> bool:
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in {"float16", "half"})
+        or (isinstance(n, ast.Constant) and n.value in {"float16", "fp16", "half"})
+        for n in ast.walk(node)
+    )
 
 
 def is_ones(node: ast.AST, *, plain: bool = False) -> bool:
@@ -345,6 +379,10 @@ class Linter:
         elif isinstance(node, ast.ClassDef):
             self.scopes.append(_Scope("class"))
             stack.append((_Exit("scope"), None))
+        elif isinstance(node, ast.If) and mentions_half(node.test):
+            if not self.scope.fp16_guard:
+                self.scope.fp16_guard = True
+                stack.append((_Exit("fp16_guard"), None))
         elif isinstance(node, (ast.With, ast.AsyncWith)) and with_no_grad(node):
             if not self.scope.no_grad:
                 self.scope.no_grad = True
@@ -353,6 +391,9 @@ class Linter:
     def _exit(self, marker: _Exit) -> None:
         if marker.what == "no_grad":
             self.scope.no_grad = False
+            return
+        if marker.what == "fp16_guard":
+            self.scope.fp16_guard = False
             return
         done = self.scopes.pop()
         if done.kind == "class":
@@ -369,14 +410,16 @@ class Linter:
             return
         if name in {"masked_fill", "masked_fill_"}:
             self._masked_fill_value(call, name)
-        elif name == "where" and dotted(call.func) == "torch.where":
+        elif (name == "where" and dotted(call.func) == "torch.where" and call.args
+              and mentions_mask(call.args[0])):
             for value in call.args[1:3]:
                 if is_large_negative(value):
                     self._large_negative(value, "torch.where")
         elif name in _FULL_FUNCS or name == "fill_":
             value = call.args[0] if name == "fill_" and call.args else argument(
                 call, 1, "fill_value")
-            if value is not None and is_large_negative(value):
+            if value is not None and is_large_negative(value) and not is_wide_float(
+                    kwarg(call, "dtype")):
                 self._large_negative(value, name)
         elif name in {"triu", "triu_"}:
             self._triu(call, parent)
@@ -391,6 +434,8 @@ class Linter:
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add_param(attr.value)
         self._inverted_kwargs(call)
+        if self.scope.bool_triu:
+            self._bool_triu_use(call)
         self._zero_mask_call(call, name)
         if name == "masked_fill_":
             self._inplace_fill(call)
@@ -401,7 +446,7 @@ class Linter:
             if isinstance(target, ast.Name):
                 self._assign_name(target.id, value)
             elif isinstance(target, ast.Subscript):
-                if is_large_negative(value):
+                if is_large_negative(value) and mentions_mask(target):
                     self._large_negative(value, "an indexed assignment")
                 self._zero_mask_write(target, value)
             elif isinstance(target, ast.Attribute):
@@ -430,6 +475,7 @@ class Linter:
         scope = self.scope
         scope.zero_masks.pop(name, None)
         scope.masking_matrices.discard(name)
+        scope.bool_triu.pop(name, None)
         scope.grad_names.discard(name)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr) -> None:
@@ -463,6 +509,8 @@ class Linter:
             self._large_negative(value, name)
 
     def _large_negative(self, value: ast.AST, where: str) -> None:
+        if self.scope.fp16_guard:
+            return  # the code already has an fp16 branch (xlnet: `65500 if fp16 else 1e30`)
         text = ast.get_source_segment(self.source, value) or ast.unparse(value)
         self.report("MC501", value, f"{text} in {where} overflows float16 (largest finite "
                     "65504): use torch.finfo(dtype).min or float('-inf')")
@@ -498,10 +546,27 @@ class Linter:
             return
         if _is_transposed(call, parent):
             return
-        if is_masking_matrix(matrix, self.scope.masking_matrices):
-            self.report("MC503", call, "triu with diagonal=0 of a -inf/True matrix masks the "
-                        "diagonal too (every query loses itself, the first row is empty): "
-                        "use diagonal=1")
+        if is_masking_matrix(matrix, self.scope.masking_matrices, kind="additive"):
+            self._triu_hit(call)
+        elif is_masking_matrix(matrix, self.scope.masking_matrices, kind="bool"):
+            # A True-filled triu is also how chunked linear attention zeroes its upper triangle
+            # on purpose (masked_fill(mask, 0)); only a use as an attention mask is a bug.
+            if isinstance(parent, ast.keyword) and parent.arg in MASK_KWARGS:
+                self._triu_hit(call)
+            elif (isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                  and isinstance(parent.targets[0], ast.Name)):
+                self.scope.bool_triu[parent.targets[0].id] = call
+
+    def _triu_hit(self, call: ast.Call) -> None:
+        self.report("MC503", call, "triu with diagonal=0 of a -inf/True matrix masks the "
+                    "diagonal too (every query loses itself, the first row is empty): "
+                    "use diagonal=1")
+
+    def _bool_triu_use(self, call: ast.Call) -> None:
+        masks = self.scope.bool_triu
+        for kw in call.keywords:
+            if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
+                self._triu_hit(masks.pop(kw.value.id))
 
     # --- MC504 ---
 
@@ -637,7 +702,9 @@ def hot_lines(source: str, enabled: frozenset[str]) -> set[int]:
 
 
 def _is_hf_mask_name(name: str) -> bool:
-    return name == "attention_mask" or name.endswith("_attention_mask")
+    # Only the canonical name: `vision_attention_mask` and friends are often already inverted
+    # (grounding_dino passes `~mask_flatten`).
+    return name == "attention_mask"
 
 
 def _is_key_padding_name(name: str) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import IO
 
 from rich.console import Console, RenderableType
@@ -98,3 +99,44 @@ def write_safely(file: IO[str], text: str) -> None:
         encoding = getattr(file, "encoding", None) or "ascii"
         file.write(text.encode(encoding, "replace").decode(encoding))
     file.flush()
+
+
+# Below this much data the work takes well under a second: no bar.
+PROGRESS_MIN_BYTES = 256 << 20
+
+
+@contextmanager
+def progress_bar(*, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A byte-count progress bar on stderr, shown only on a terminal and for big inputs."""
+    console = progress_console() if enabled else None
+    if console is None:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    bar = Progress("inspecting", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TimeRemainingColumn(), console=console, transient=True)
+    task = bar.add_task("inspect", total=None, start=False)
+    started = False
+
+    def update(done: int, total: int) -> None:
+        nonlocal started
+        if total < PROGRESS_MIN_BYTES:
+            return
+        if not started:
+            bar.start()
+            bar.start_task(task)
+            started = True
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if started:
+            bar.stop()

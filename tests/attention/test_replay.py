@@ -173,8 +173,13 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     x = torch.randn(2, 3, 8)
     save_file({"query": x, "key": x.clone(), "value": x.clone()},
               str(tmp_path / "mha_noweights.safetensors"),
+              metadata={"maskcheck.api": "mha", "maskcheck.kwargs": '{"batch_first": true}'})
+    out["mha_no_num_heads"] = tmp_path / "mha_noweights.safetensors"
+    save_file({"query": x, "key": x.clone(), "value": x.clone(),
+               "key_padding_mask": torch.zeros(5, 5, dtype=torch.bool)},
+              str(tmp_path / "mha_bad_kpm.safetensors"),
               metadata={"maskcheck.api": "mha", "maskcheck.kwargs": '{"num_heads": 2}'})
-    out["mha_noweights"] = tmp_path / "mha_noweights.safetensors"
+    out["mha_bad_kpm"] = tmp_path / "mha_bad_kpm.safetensors"
     save_file({"query": q, "key": q.clone(), "value": q.clone()},
               str(tmp_path / "bad_json.safetensors"),
               metadata={"maskcheck.api": "sdpa", "maskcheck.kwargs": "{not json"})

@@ -56,7 +56,7 @@ def test_every_case_gets_its_specific_problem(
         hostile_dir: tuple[Path, dict[str, str | None]], no_marker: Path) -> None:
     out, expected = hostile_dir
     before = fingerprint(out.iterdir())
-    files, problems = expand_paths([str(out)])
+    _, problems = expand_paths([str(out)])
     listed = dict(problems)
     for name, phrase in expected.items():
         path = str(out / name)

@@ -112,9 +112,8 @@ def test_compressed_member_with_corrupt_data_is_a_file_problem(tmp_path: Path) -
     start = local + 30 + name_len + extra_len
     data[start + 400:start + 800] = bytes(400)  # inside the deflate stream, after the header
     path.write_bytes(bytes(data))
-    with open_file(str(path)) as loaded:
-        with pytest.raises(FileProblem) as e:
-            read_all(loaded.tensors[0])
+    with open_file(str(path)) as loaded, pytest.raises(FileProblem) as e:
+        read_all(loaded.tensors[0])
     assert "member 'm'" in e.value.problem and "\n" not in e.value.problem
 
 

@@ -43,7 +43,7 @@ def test_explicit_files_are_kept_in_order_once(tmp_path: Path) -> None:
     other.write_text("hi")
     files, problems = expand_paths([str(a), str(b), str(a), str(other)])
     assert files == [str(a), str(b), str(other)] and problems == []
-    with pytest.raises(FileProblem, match="unsupported file type '.txt'"):
+    with pytest.raises(FileProblem, match=r"unsupported file type '\.txt'"):
         open_file(str(other))
 
 
@@ -75,7 +75,7 @@ def test_directories_named_like_files(tmp_path: Path) -> None:
     empty.mkdir()
     files, problems = expand_paths([str(empty) + "/"])
     assert files == [] and "is a directory, not a .safetensors file" in problems[0][1]
-    with pytest.raises(FileProblem, match="is a directory, not a .safetensors file"):
+    with pytest.raises(FileProblem, match=r"is a directory, not a \.safetensors file"):
         open_file(str(empty))
     full = mask_file(tmp_path / "y.npz" / "inner.safetensors")
     assert expand_paths([str(tmp_path / "y.npz")]) == ([str(full)], [])
@@ -103,7 +103,7 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.safetensors"
     os.mkfifo(fifo)
     assert expand_paths([str(fifo)]) == ([], [(str(fifo), "is a named pipe, not a mask file")])
-    with pytest.raises(FileProblem, match="is a named pipe, not a .safetensors file"):
+    with pytest.raises(FileProblem, match=r"is a named pipe, not a \.safetensors file"):
         open_file(str(fifo))
 
 

@@ -36,7 +36,8 @@ def test_nested_containers_flatten_to_dotted_names(tmp_path: Path) -> None:
     with open_file(str(path)) as loaded:
         names = [s.name for s in loaded.tensors]
         assert names == ["layers.0.mask", "layers.1.mask", "pair.0"]
-        assert dict(loaded.skipped) == {"pair.1": "not a tensor (str)", "step": "not a tensor (int)"}
+        assert dict(loaded.skipped) == {"pair.1": "not a tensor (str)",
+                                        "step": "not a tensor (int)"}
         assert read_all(loaded.tensors[1]).tolist() == [[False, False], [False, False]]
 
 
@@ -86,13 +87,13 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path: Path, legacy: bool
 
 def test_html_and_truncated_files_are_one_line_problems(tmp_path: Path) -> None:
     (tmp_path / "page.pt").write_text("<html><body>Access denied</body></html>")
-    with pytest.raises(FileProblem, match="not a torch.save file.*HTML"):
+    with pytest.raises(FileProblem, match=r"not a torch\.save file.*HTML"):
         open_file(str(tmp_path / "page.pt"))
     good = tmp_path / "good.pt"
     torch.save({"m": torch.ones(64, 64)}, good)
     cut = tmp_path / "cut.pt"
     cut.write_bytes(good.read_bytes()[:300])
-    with pytest.raises(FileProblem, match="not a readable torch.save file") as e:
+    with pytest.raises(FileProblem, match=r"not a readable torch\.save file") as e:
         open_file(str(cut))
     assert "\n" not in e.value.problem
 

@@ -1,0 +1,84 @@
+"""Files through the pipeline: cross-tensor findings, metadata, previews, progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from maskcheck.analysis import analyze_file, analyze_paths
+
+
+def _banded_window_with_padding(path: Path) -> None:
+    # pytorch/pytorch#41508: each mask alone is fine, together batch 1 query 3 sees nothing
+    inf = -np.inf
+    attn = np.array([[0, inf, inf, inf], [0, 0, inf, inf], [inf, 0, 0, inf],
+                     [inf, inf, 0, 0]], np.float32)
+    kpm = np.array([[False] * 4, [False, False, True, True]])
+    save_file({"attn_mask": attn, "key_padding_mask": kpm}, str(path))
+
+
+def test_padding_plus_window_leaves_an_empty_row(tmp_path: Path) -> None:
+    path = tmp_path / "pair.safetensors"
+    _banded_window_with_padding(path)
+    report = analyze_file(str(path))
+    assert not any(t.findings for t in report.tensors)
+    (finding,) = report.findings
+    assert finding.code == "MC002"
+    assert [list(w) for w in finding.where] == [[1, 3]]
+
+
+def test_correct_padding_and_causal_pair_is_clean(tmp_path: Path) -> None:
+    path = tmp_path / "pair.safetensors"
+    causal = np.triu(np.full((4, 4), -np.inf, np.float32), 1)
+    kpm = np.array([[False] * 4, [False, False, True, True]])
+    save_file({"attn_mask": causal, "key_padding_mask": kpm}, str(path))
+    assert analyze_file(str(path)).findings == []
+
+
+def test_capture_metadata_declares_the_api(tmp_path: Path) -> None:
+    path = tmp_path / "call.safetensors"
+    mha_causal = np.triu(np.ones((4, 4), bool), 1)  # True = masked: right for MHA
+    save_file({"attn_mask": mha_causal}, str(path), metadata={"maskcheck.api": "sdpa"})
+    (tensor,) = analyze_file(str(path)).tensors
+    assert "MC010" in {f.code for f in tensor.findings}
+    save_file({"attn_mask": mha_causal}, str(path), metadata={"maskcheck.api": "mha"})
+    (tensor,) = analyze_file(str(path)).tensors
+    assert "MC010" not in {f.code for f in tensor.findings}
+
+
+def test_preview_shows_the_matrix_with_the_worst_finding(tmp_path: Path) -> None:
+    keep = np.tril(np.ones((2, 1, 4, 4), bool))
+    keep[1, 0, 2, :] = False  # batch 1, query 2 sees nothing
+    path = tmp_path / "m.safetensors"
+    save_file({"attn_mask": keep}, str(path))
+    (tensor,) = analyze_file(str(path), api="sdpa").tensors
+    assert tensor.preview_origin == (1, 0)
+    assert tensor.preview is not None
+    assert tensor.preview[2] == [0.0, 0.0, 0.0, 0.0]
+    assert tensor.preview[3] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_progress_reaches_the_total(tmp_path: Path) -> None:
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"m{i}.safetensors"
+        save_file({"attn_mask": np.tril(np.ones((64, 64), bool))}, str(p))
+        paths.append(str(p))
+    for jobs in (1, 2):
+        calls: list[tuple[int, int]] = []
+        analyze_paths(paths, jobs=jobs, progress=lambda done, total: calls.append((done, total)))
+        assert calls
+        done, total = calls[-1]
+        assert total == sum(Path(p).stat().st_size for p in paths)
+        assert done <= total
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_block_rows_do_not_change_file_reports(tmp_path: Path) -> None:
+    path = tmp_path / "pair.safetensors"
+    _banded_window_with_padding(path)
+    a = analyze_file(str(path), block_rows=1).to_json()
+    b = analyze_file(str(path)).to_json()
+    assert a == b
