@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 
 _COMMAND_MODULES = ("inspect", "check", "simulate", "replay", "rules")
+# Command name -> the module that registers it (start-up imports only what runs).
+_MODULE_OF = {name: name for name in _COMMAND_MODULES} | {"explain": "rules"}
 
 
 def _version_callback(value: bool) -> None:
@@ -45,10 +47,12 @@ def _root(
         os.environ["MASKCHECK_DEBUG"] = "1"
 
 
-def _register_commands() -> None:
+def _register_commands(args: Sequence[str] = ()) -> None:
     import importlib
 
-    for name in _COMMAND_MODULES:
+    command = next((a for a in args if not a.startswith("-")), None)
+    wanted = _MODULE_OF.get(command or "")
+    for name in (wanted,) if wanted else _COMMAND_MODULES:
         try:
             mod = importlib.import_module(f"maskcheck.commands.{name}")
         except ModuleNotFoundError as e:
@@ -62,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
     try:
-        _register_commands()
+        _register_commands(args)
         result = app(args=args, prog_name="maskcheck", standalone_mode=False)
     except SystemExit as e:  # typer.Exit inside callbacks
         return int(e.code or 0) if isinstance(e.code, int) or e.code is None else 2

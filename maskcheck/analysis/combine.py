@@ -11,7 +11,7 @@ import numpy as np
 
 from maskcheck.conventions import CONVENTIONS
 from maskcheck.io.base import TensorSource
-from maskcheck.model import Finding, Index, TensorReport
+from maskcheck.model import Finding, Index, Severity, TensorReport
 from maskcheck.rules.registry import get_rule
 
 # Combined masks are materialised; beyond this many elements the check is skipped.
@@ -57,16 +57,28 @@ def padding_with_attn_mask(
             empty = np.logical_not(np.any(combined, axis=-1))
             pad_empty = np.logical_not(np.any(pk, axis=-1))
             alone = np.logical_not(np.any(ak, axis=-1)) | np.asarray(pad_empty)[:, None, None]
-            new = np.argwhere(empty & ~np.broadcast_to(alone, empty.shape))
-            if not new.size:
-                continue
-            where: list[Index] = [tuple(int(v) for v in (w if ak.shape[1] > 1 else w[[0, 2]]))
-                                  for w in new[:20]]
-            out.append(Finding(
-                "MC002", info.name, info.severity,
-                f"{ar.name} and {pr.name} together leave {len(new)} query row(s) with no key to "
-                "attend (each mask alone is fine): MHA adds them, so those rows are NaN on the "
-                "need_weights path (pytorch/pytorch#41508)",
-                tuple(where), "widen the window or keep the diagonal for padded queries",
-                tensor=f"{ar.name}+{pr.name}"))
+            fresh = empty & ~np.broadcast_to(alone, empty.shape)
+            L = ak.shape[2]
+            # In self-attention (L == S) a query at a padded position is a pad token: its
+            # empty row is expected (warning); a real token's empty row is an error.
+            padded_query = np.zeros_like(fresh)
+            if L == s_len:
+                padded_query |= ~pk[:, None, :]
+            for rows, severity, what in (
+                (fresh & ~padded_query, info.severity, "query row(s) of real tokens"),
+                (fresh & padded_query, Severity.WARNING, "padded query row(s)"),
+            ):
+                new = np.argwhere(rows)
+                if not new.size:
+                    continue
+                where: list[Index] = [
+                    tuple(int(v) for v in (w if ak.shape[1] > 1 else w[[0, 2]]))
+                    for w in new[:20]]
+                out.append(Finding(
+                    "MC002", info.name, severity,
+                    f"{ar.name} and {pr.name} together leave {len(new)} {what} with no key to "
+                    "attend (each mask alone is fine): MHA adds them, so those rows are NaN on "
+                    "the need_weights path (pytorch/pytorch#41508)",
+                    tuple(where), "widen the window or keep the diagonal for padded queries",
+                    tensor=f"{ar.name}+{pr.name}"))
     return out

@@ -57,6 +57,8 @@ class RawFile:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError as e:
             raise FileProblem(path, os_error_problem(e)) from None
+        except ValueError:
+            raise FileProblem(path, "invalid path (contains a NUL byte)") from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
@@ -134,6 +136,8 @@ def sniff(head: bytes) -> str | None:
         return "a zip archive (torch.save or .npz?)"
     if head.startswith(b"\x93NUMPY"):
         return "a .npy file"
+    if head[8:10] in (b'{"', b"{}") and int.from_bytes(head[:8], "little") < 1 << 27:
+        return "a safetensors file (rename it to .safetensors)"
     if stripped.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml", b"<")):
         return "HTML/XML text (a saved web page or error page?)"
     if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:

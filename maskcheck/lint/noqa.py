@@ -28,7 +28,8 @@ def _codes(text: str) -> frozenset[str]:
 
 def suppressions(source: str) -> Mapping[int, frozenset[str]]:
     """Line number (1-based) -> codes silenced there (ALL for a bare noqa)."""
-    if "noqa" not in source and "maskcheck" not in source:
+    lowered = source.lower()
+    if "noqa" not in lowered and "maskcheck" not in lowered:
         return {}
     out: dict[int, frozenset[str]] = {}
     for number, line in enumerate(source.splitlines(), start=1):

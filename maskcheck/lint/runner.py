@@ -59,8 +59,8 @@ def decode_source(data: bytes) -> str:
 
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as e:
-        raise ValueError(f"undecodable: {e}") from None
+    except SyntaxError:
+        encoding = "utf-8"
     if encoding.replace("_", "-").lower() not in {"utf-8", "utf-8-sig"}:
         try:
             return data.decode(encoding)

@@ -30,7 +30,7 @@ register(RuleInfo(
     "mask are empty by construction (a pad token sees neither the past padding nor itself); "
     "those are reported as a warning: harmless on SDPA's zero path, NaN elsewhere. Rows of real "
     "tokens that see nothing, or sequences that are all padding, are errors.",
-    "key_padding_mask = torch.tensor([[False, False, True],\n"
+    "key_padding_mask = torch.tensor([[False, False, False],\n"
     "                                 [True,  True,  True]])   # sequence 1 is all padding\n"
     "mha(x, x, x, key_padding_mask=key_padding_mask)           # NaN for sequence 1",
     "keep = lengths > 0                     # drop empty sequences from the batch, or\n"

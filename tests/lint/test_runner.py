@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maskcheck.lint.noqa import ALL, suppressions
+from maskcheck.lint.runner import lint_file, lint_files, lint_source, parse_hot_parts
+
+ALL_CODES = frozenset({"MC501", "MC502", "MC503", "MC504", "MC505", "MC506"})
+BAD_LINE = "s = scores.masked_fill(mask, -1e9)"
+
+
+@pytest.mark.parametrize(
+    ("comment", "silenced"),
+    [
+        ("# noqa", True),
+        ("# noqa: MC501", True),
+        ("# NOQA:MC501,MC503", True),
+        ("# noqa: MC503", False),
+        ("# noqa: E501", False),
+        ("# maskcheck: ignore[MC501]", True),
+        ("# maskcheck: ignore[large-negative-literal]", True),
+        ("# maskcheck: ignore[MC502, MC503]", False),
+        ("# a comment", False),
+    ],
+)
+def test_inline_suppression(comment: str, silenced: bool) -> None:
+    findings = lint_source(f"{BAD_LINE}  {comment}\n", ALL_CODES)
+    assert (findings == []) is silenced
+
+
+def test_noqa_on_last_line_of_multiline_call() -> None:
+    src = "s = scores.masked_fill(\n    mask,\n    -1e9,\n)  # noqa: MC501\n"
+    assert lint_source(src, ALL_CODES) != []  # the finding is on line 3, the comment on 4
+    src = "s = scores.masked_fill(mask,\n    -1e9)  # noqa: MC501\n"
+    assert lint_source(src, ALL_CODES) == []
+
+
+def test_bare_noqa_means_everything() -> None:
+    assert suppressions("x = 1  # noqa\n") == {1: ALL}
+
+
+def test_selection_limits_rules() -> None:
+    assert lint_source(BAD_LINE + "\n", frozenset({"MC503"})) == []
+    assert [f.code for f in lint_source(BAD_LINE + "\n", frozenset({"MC501"}))] == ["MC501"]
+
+
+def test_column_counts_characters_not_bytes() -> None:
+    (finding,) = lint_source("é = scores.masked_fill(mask, -1e9)\n", ALL_CODES)
+    assert finding.col == "é = scores.masked_fill(mask, ".index("mask,") + 7
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"def f(:\n    scores.masked_fill(m, -1e9)\n", "syntax error at line 1"),
+        (b"x = '\xff\xfe'\n", "not UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00", "binary"),
+    ],
+)
+def test_unreadable_source_is_reported_not_raised(
+    tmp_path: Path, data: bytes, problem: str
+) -> None:
+    path = tmp_path / "bad.py"
+    path.write_bytes(data)
+    report = lint_file(str(path), ALL_CODES)
+    assert report.error is not None and problem in report.error
+    assert path.read_bytes() == data  # never modified
+
+
+def test_latin1_cookie_is_honoured(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9'\ns = x.masked_fill(m, -1e9)\n")
+    report = lint_file(str(path), ALL_CODES)
+    assert report.error is None and [f.code for f in report.findings] == ["MC501"]
+
+
+def _module(n_defs: int, hot_body: str) -> str:
+    parts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(n_defs)]
+    parts.insert(n_defs // 2, f"def hot(scores, mask):\n    {hot_body}\n")
+    return "import torch\n\n" + "\n".join(parts)
+
+
+def test_only_hot_chunks_are_parsed_but_lines_stay_true() -> None:
+    src = _module(20, BAD_LINE)
+    tree = parse_hot_parts(src, {src.splitlines().index("    " + BAD_LINE) + 1}, "<m>")
+    assert [getattr(n, "name", None) for n in tree.body] == ["hot"]
+    (finding,) = lint_source(src, ALL_CODES)
+    assert src.splitlines()[finding.line - 1].strip() == BAD_LINE
+
+
+def test_chunk_split_inside_a_string_falls_back_to_a_full_parse() -> None:
+    doc = '"""\ndef looks_top_level():\nclass Nope:\n"""\n'
+    src = _module(20, BAD_LINE).replace("def f3(x):", doc + "def f3(x):")
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC501"]
+
+
+def test_syntax_error_outside_hot_chunk_still_surfaces_when_parsed() -> None:
+    src = _module(20, 'text = """\ndef broken(:\n"""\n    ' + BAD_LINE)
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC501"]
+
+
+def test_files_without_triggers_are_not_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "plain.py"
+    path.write_text("def f(:\n")  # broken, but nothing a rule could match
+    assert lint_file(str(path), frozenset({"MC503"})).error is None
+
+
+def test_parallel_results_keep_order(tmp_path: Path) -> None:
+    items = []
+    for i in range(60):
+        p = tmp_path / f"m{i:02d}.py"
+        p.write_text(BAD_LINE + "\n" if i % 3 == 0 else "x = 1\n")
+        items.append((str(p), ALL_CODES))
+    serial = lint_files(items, jobs=1)
+    parallel = lint_files(items, jobs=2)
+    assert [r.path for r in parallel] == [p for p, _ in items]
+    assert [len(r.findings) for r in parallel] == [len(r.findings) for r in serial]
+    assert sum(len(r.findings) for r in parallel) == 20
