@@ -12,7 +12,6 @@ from maskcheck.errors import UsageError
 from maskcheck.model import Api, Severity
 from maskcheck.selection import expand, parse_severity
 
-
 KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "fail-on", "exclude", "api")
 DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__",
                    ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules", "build",

@@ -30,6 +30,8 @@ FINFO_MAX: dict[str, float] = {k: -v for k, v in FINFO_MIN.items()}
 
 # Below this magnitude a negative value is a bias (ALiBi-style), not a masked value.
 WEAK_MASK_MAGNITUDE = 1e3
+# An additive value at or below this hides its key (exp(-1e3) underflows in every dtype).
+ADDITIVE_MASKED_BELOW = -WEAK_MASK_MAGNITUDE
 # A masked additive value must be at least this large in magnitude. Raw scores of unscaled or
 # large models reach 1e5 (TransformerLens#318 leaked with -1e5), so wide dtypes want -inf,
 # finfo.min or <= -1e6; float16 tops out at 65504, where -1e4 is the usual safe choice.

@@ -15,11 +15,8 @@ from typing import Any, Literal
 
 import torch
 
-from maskcheck.conventions import WEAK_MASK_MAGNITUDE
+from maskcheck.conventions import ADDITIVE_MASKED_BELOW
 from maskcheck.errors import MaskcheckError
-
-# An additive value at or below this hides its key: exp(-1e3) underflows to 0 in every dtype.
-ADDITIVE_MASKED_BELOW = -WEAK_MASK_MAGNITUDE
 
 CallApi = Literal["sdpa", "mha", "manual"]
 

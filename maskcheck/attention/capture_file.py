@@ -303,6 +303,27 @@ def mask_api(name: str, mask: torch.Tensor, api: str) -> str:
 
 def _mask_call(path: str, tensors: dict[str, torch.Tensor], api_opt: str, heads: int,
                dim: int, seed: int) -> AttentionCall:
+    if "key_padding_mask" in tensors and "attn_mask" in tensors and api_opt in ("auto", "mha"):
+        # The pair nn.MultiheadAttention takes (pytorch/pytorch#41508): replay them together.
+        gen = torch.Generator().manual_seed(seed)
+        kpm, am = tensors["key_padding_mask"], tensors["attn_mask"]
+        for n, t in (("key_padding_mask", kpm), ("attn_mask", am)):
+            if not (t.dtype == torch.bool or t.is_floating_point()):
+                raise FileProblem(path, f"{n} has dtype {str(t.dtype)[6:]}, which MHA refuses")
+        dtype = am.dtype if am.is_floating_point() else (
+            kpm.dtype if kpm.is_floating_point() else torch.float32)
+        call = _mha_from_mask(path, "key_padding_mask", kpm, heads, dim, gen, dtype)
+        n_batch, l_len, _ = call.query.shape
+        if am.dim() == 3 and am.shape[0] % n_batch == 0:
+            heads = am.shape[0] // n_batch
+            call = _mha_from_mask(path, "key_padding_mask", kpm, heads, dim,
+                                  torch.Generator().manual_seed(seed), dtype)
+        if tuple(am.shape) not in ((l_len, l_len), (n_batch * heads, l_len, l_len)):
+            raise FileProblem(path, f"attn_mask {tuple(am.shape)} does not fit key_padding_mask "
+                                    f"{tuple(kpm.shape)}: MHA takes ({l_len}, {l_len}) or "
+                                    f"({n_batch * heads}, {l_len}, {l_len})")
+        call.attn_mask = am
+        return call
     name, mask = _pick_mask(path, tensors)
     api = mask_api(name, mask, api_opt)
     if mask.dtype == torch.bool or mask.is_floating_point() or api == "hf":

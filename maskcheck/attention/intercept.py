@@ -98,7 +98,9 @@ def mha_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AttentionCall:
           "batch_first": False, "dropout_p": float(a["dropout_p"]),
           "training": bool(a["training"]), "need_weights": bool(a["need_weights"]),
           "average_attn_weights": bool(a["average_attn_weights"]),
-          "is_causal": bool(a["is_causal"]), "add_zero_attn": bool(a["add_zero_attn"])}
+          "is_causal": bool(a["is_causal"]), "add_zero_attn": bool(a["add_zero_attn"]),
+          # nn.MultiheadAttention.forward has already turned bool masks into 0/-inf floats
+          "masks_canonicalised": True}
     return AttentionCall("mha", q, k, v, a.get("attn_mask"), a.get("key_padding_mask"), kw,
                          weights, _aliases(q, k, v))
 

@@ -361,7 +361,7 @@ def run_mha_path(call: AttentionCall, path: str, ref: Reference | None) -> PathR
     if call.is_causal:
         kw["is_causal"] = True
     as_bool = False
-    if path == "fast_path":
+    if path == "fast_path" and call.kwargs.get("masks_canonicalised"):
         # nn.MultiheadAttention turns bool masks into 0/-inf floats before calling
         # F.multi_head_attention_forward (where capture sees them), and float masks disable
         # the fast path; the equivalent bool mask gives the call the user made.

@@ -379,14 +379,13 @@ class Linter:
         elif isinstance(node, ast.ClassDef):
             self.scopes.append(_Scope("class"))
             stack.append((_Exit("scope"), None))
-        elif isinstance(node, ast.If) and mentions_half(node.test):
-            if not self.scope.fp16_guard:
-                self.scope.fp16_guard = True
-                stack.append((_Exit("fp16_guard"), None))
-        elif isinstance(node, (ast.With, ast.AsyncWith)) and with_no_grad(node):
-            if not self.scope.no_grad:
-                self.scope.no_grad = True
-                stack.append((_Exit("no_grad"), None))
+        elif isinstance(node, ast.If) and not self.scope.fp16_guard and mentions_half(node.test):
+            self.scope.fp16_guard = True
+            stack.append((_Exit("fp16_guard"), None))
+        elif (isinstance(node, (ast.With, ast.AsyncWith)) and not self.scope.no_grad
+              and with_no_grad(node)):
+            self.scope.no_grad = True
+            stack.append((_Exit("no_grad"), None))
 
     def _exit(self, marker: _Exit) -> None:
         if marker.what == "no_grad":
@@ -412,15 +411,15 @@ class Linter:
             self._masked_fill_value(call, name)
         elif (name == "where" and dotted(call.func) == "torch.where" and call.args
               and mentions_mask(call.args[0])):
-            for value in call.args[1:3]:
-                if is_large_negative(value):
-                    self._large_negative(value, "torch.where")
+            for branch in call.args[1:3]:
+                if is_large_negative(branch):
+                    self._large_negative(branch, "torch.where")
         elif name in _FULL_FUNCS or name == "fill_":
-            value = call.args[0] if name == "fill_" and call.args else argument(
+            fill = call.args[0] if name == "fill_" and call.args else argument(
                 call, 1, "fill_value")
-            if value is not None and is_large_negative(value) and not is_wide_float(
+            if fill is not None and is_large_negative(fill) and not is_wide_float(
                     kwarg(call, "dtype")):
-                self._large_negative(value, name)
+                self._large_negative(fill, name)
         elif name in {"triu", "triu_"}:
             self._triu(call, parent)
         elif name == "scaled_dot_product_attention":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -102,7 +103,7 @@ def parse_hot_parts(source: str, hot: set[int], path: str) -> ast.Module:
         return ast.parse(source, filename=path)
     bounds = [*starts, len(lines) + 1]
     ranges: list[list[int]] = []
-    for first, stop in zip(bounds, bounds[1:], strict=False):
+    for first, stop in itertools.pairwise(bounds):
         if any(first <= line < stop for line in hot):
             if ranges and ranges[-1][1] == first:
                 ranges[-1][1] = stop

@@ -258,3 +258,21 @@ def test_capture_from_another_writer_without_weights_or_aliases(tmp_path: Path) 
     assert f["replay"]["self_attention"] is True and f["replay"]["kwargs"]["weights_generated"]
     assert runs["fast_path"]["fast_path_ran"] is True and runs["fast_path"]["status"] == "nan"
     assert runs["no_weights"]["status"] == "ok"
+
+
+def test_mask_file_with_mha_pair_replays_both(tmp_path: Path) -> None:
+    """pytorch/pytorch#41508: banded float attn_mask + bool key_padding_mask."""
+    import torch
+    from safetensors.torch import save_file
+
+    inf = float("-inf")
+    am = torch.tensor([[0, inf, inf, inf], [0, 0, inf, inf], [inf, 0, 0, inf],
+                       [inf, inf, 0, 0]])
+    kpm = torch.tensor([[False, False, False, False], [False, False, True, True]])
+    save_file({"attn_mask": am, "key_padding_mask": kpm}, str(tmp_path / "pair.safetensors"))
+    rc, doc = replay_json(tmp_path / "pair.safetensors")
+    runs = {r["path"]: r for r in doc["files"][0]["runs"]}
+    assert rc == 1 and {"MC002", "MC062"} <= codes(doc)
+    assert runs["need_weights"]["nan_rows"] == [[1, 3]]
+    assert runs["no_weights"]["zero_rows"] == [[1, 3]]
+    assert runs["fast_path"]["fast_path_ran"] is False  # a float mask: torch skips it

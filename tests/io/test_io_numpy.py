@@ -66,7 +66,10 @@ def test_npz_members_round_trip(tmp_path: Path, compressed: bool) -> None:
               "bias": sample("float16", (3, 6)),
               "fortran": np.asfortranarray(sample("float32", (2, 3, 6)))}
     path = tmp_path / "batch.npz"
-    (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    if compressed:
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
+    else:
+        np.savez(path, **arrays)  # type: ignore[arg-type]
     with open_file(str(path)) as loaded:
         got = {s.name: read_all(s) for s in loaded.tensors}
         assert not loaded.tensor_errors

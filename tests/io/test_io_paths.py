@@ -32,8 +32,8 @@ def test_directories_are_walked_sorted_for_mask_suffixes(tmp_path: Path) -> None
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"x")
     files, problems = expand_paths([str(tmp_path)])
-    rel = [os.path.relpath(f, tmp_path) for f in files]
-    assert rel == sorted(rel) == ["a/sub/x.npz", "a/y.npy", "b/z.safetensors", "top.pt"]
+    found = [os.path.relpath(f, tmp_path) for f in files]
+    assert found == sorted(found) == ["a/sub/x.npz", "a/y.npy", "b/z.safetensors", "top.pt"]
     assert problems == []
 
 

@@ -148,3 +148,15 @@ def test_without_torch_pt_files_say_how_to_install(tmp_path: Path) -> None:
                        timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == NEEDS_TORCH
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_live_cuda_tensors_are_moved_to_the_cpu() -> None:
+    from maskcheck.io.torch_files import torch_tensor_source
+
+    t = torch.randn(3, 5, device="cuda").bfloat16()
+    src = torch_tensor_source("m", t)
+    assert src.dtype == "bfloat16" and src.shape == (3, 5)
+    got = src.read_rows(0, 3)
+    assert np.array_equal(got.view(np.uint32), t.float().cpu().numpy().view(np.uint32))

@@ -57,4 +57,5 @@ def test_rule_examples_behave(code: str, tmp_path: Path) -> None:
 
 def _in_function(body: str) -> str:
     indented = "\n".join("    " + line for line in body.splitlines())
-    return f"def example(scores, mask, n, b, mha, x, attention_mask, q, k, v, pad, causal):\n{indented}\n"
+    params = "scores, mask, n, b, mha, x, attention_mask, q, k, v, pad, causal"
+    return f"def example({params}):\n{indented}\n"

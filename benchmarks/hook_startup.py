@@ -1,0 +1,69 @@
+"""Start-up cost of the pre-commit hook on one file: `maskcheck check one.py` against
+`python -c "import torch"` (what a hook that imported torch would pay per chunk).
+
+    python benchmarks/hook_startup.py [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ONE = 'import torch\n\ndef f(scores, mask):\n    return scores.masked_fill(mask, -1e9)\n'
+
+
+def machine() -> str:
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    load = f" load {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
+    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}{load}"
+
+
+def wall(cmd: list[str], repeat: int) -> tuple[float, float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    print(machine())
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        one = Path(tmp) / "one.py"
+        one.write_text(ONE)
+        rows = [
+            ("python -c pass", [py, "-c", "pass"]),
+            ("maskcheck check one.py (CLI, Typer)", [py, "-m", "maskcheck", "check", str(one)]),
+            ("maskcheck check one.py (no Typer)",
+             [py, "-m", "maskcheck.commands.check", str(one)]),
+        ]
+        if importlib.util.find_spec("torch") is not None:
+            rows.append(('python -c "import torch"', [py, "-c", "import torch"]))
+        print(f"{'command':<40} {'median s':>9} {'best s':>8}")
+        for name, cmd in rows:
+            med, best = wall(cmd, args.repeat)
+            print(f"{name:<40} {med:>9.3f} {best:>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

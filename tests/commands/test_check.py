@@ -1,0 +1,229 @@
+"""`maskcheck check` through the real CLI (subprocess) and the Typer-free entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from maskcheck.commands.check import main as check_main
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_FIXTURES = ROOT / "tests" / "lint" / "fixtures"
+BAD = (
+    "import torch\n"
+    "s = scores.masked_fill(mask, -1e9)\n"
+    'm = torch.triu(torch.full((n, n), float("-inf")), diagonal=0)\n'
+)
+CLEAN = 'import torch\nm = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)\n'
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # also when run from a temporary cwd
+    return subprocess.run([sys.executable, "-m", "maskcheck", "check", *args],
+                          capture_output=True, text=True, cwd=cwd or ROOT, timeout=120, env=env)
+
+
+@pytest.fixture
+def bad(tmp_path: Path) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(BAD)
+    return path
+
+
+def test_concise_output_and_exit_code(bad: Path) -> None:
+    r = cli(str(bad))
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"{bad}:2:30: MC501 ")
+    assert lines[1].startswith(f"{bad}:3:5: MC503 ")
+    assert lines[-1] == "Found 2 problems (1 error, 1 warning) in 1 file."
+
+
+def test_clean_file_exits_zero(tmp_path: Path) -> None:
+    path = tmp_path / "ok.py"
+    path.write_text(CLEAN)
+    r = cli(str(path))
+    assert (r.returncode, r.stdout.strip()) == (0, "All checks passed (1 file).")
+
+
+def test_check_of_sources_imports_neither_torch_nor_numpy(bad: Path) -> None:
+    code = (
+        "import sys\nfrom maskcheck.cli import main\n"
+        f"rc = main(['check', {str(bad)!r}])\n"
+        "print('MODULES', rc, 'torch' in sys.modules, 'numpy' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.splitlines()[-1] == "MODULES 1 False False", r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ((), 1),
+        (("--fail-on", "warning"), 1),
+        (("--select", "MC501"), 0),  # only a warning left; fails at error by default
+        (("--select", "MC501", "--fail-on", "warning"), 1),
+        (("--ignore", "MC503,MC501"), 0),
+        (("--select", "MC501", "--extend-select", "triu-diagonal-zero"), 1),
+        (("--exit-zero",), 0),
+    ],
+)
+def test_selection_and_fail_on(bad: Path, args: tuple[str, ...], code: int) -> None:
+    assert check_main([*args, str(bad)]) == code
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--select", "MC999"), ("--ignore", "nonsense"), ("--fail-on", "loud"),
+     ("--format", "xml"), ("--api", "keras")],
+)
+def test_usage_errors_exit_2(bad: Path, args: tuple[str, ...]) -> None:
+    r = cli(*args, str(bad))
+    assert r.returncode == 2
+    assert r.stderr.startswith("maskcheck: error:") and "Traceback" not in r.stderr
+
+
+def test_missing_path_is_a_usage_error(bad: Path) -> None:
+    r = cli(str(bad), str(bad.parent / "nope.py"))
+    assert r.returncode == 2 and "nope.py" in r.stderr and r.stdout == ""
+
+
+def test_unreadable_sources_are_reported_and_the_rest_checked(tmp_path: Path, bad: Path) -> None:
+    (tmp_path / "broken.py").write_text("def f(:\n    x.masked_fill(m, -1e9)\n")
+    (tmp_path / "latin.py").write_bytes(b"x = '\xff'\n")
+    (tmp_path / "blob.py").write_bytes(b"\x00\x01\x02")
+    r = cli(str(tmp_path))
+    assert r.returncode == 2
+    out = r.stdout
+    assert f"{tmp_path / 'broken.py'}: error: syntax error at line 1" in out
+    assert f"{tmp_path / 'latin.py'}: error: not UTF-8 text" in out
+    assert f"{tmp_path / 'blob.py'}: error: binary file" in out
+    assert f"{bad}:2:30: MC501" in out
+    assert "3 could not be read" in out.splitlines()[-1]
+
+
+def test_json_has_the_contract_shape(bad: Path) -> None:
+    r = cli("--format", "json", str(bad))
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == 1 and doc["tool"]["name"] == "maskcheck"
+    (entry,) = doc["files"]
+    assert entry["path"] == str(bad) and entry["error"] is None and entry["tensors"] == []
+    assert [(f["code"], f["line"], f["col"]) for f in entry["findings"]] == [
+        ("MC501", 2, 30), ("MC503", 3, 5)]
+    assert doc["summary"]["error"] == 1 and doc["summary"]["warning"] == 1
+    assert r.stderr == ""
+
+
+def _check_sarif(doc: dict[str, Any]) -> None:
+    """The parts of the SARIF 2.1.0 schema that code scanning reads, checked by hand."""
+    assert doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = doc["runs"]
+    driver = run["tool"]["driver"]
+    assert {"name", "version", "informationUri", "rules"} <= driver.keys()
+    ids = [rule["id"] for rule in driver["rules"]]
+    assert len(ids) == len(set(ids))
+    for rule in driver["rules"]:
+        assert isinstance(rule["name"], str)
+        for key in ("shortDescription", "fullDescription", "help"):
+            assert isinstance(rule[key]["text"], str) and rule[key]["text"]
+        assert rule["defaultConfiguration"]["level"] in {"none", "note", "warning", "error"}
+    for result in run["results"]:
+        assert result["ruleId"] == ids[result["ruleIndex"]]
+        assert result["level"] in {"none", "note", "warning", "error"}
+        assert result["message"]["text"]
+        (loc,) = result["locations"]
+        physical = loc["physicalLocation"]
+        assert physical["artifactLocation"]["uri"]
+        assert physical["region"]["startLine"] >= 1
+        assert physical["region"].get("startColumn", 1) >= 1
+
+
+def test_sarif_is_valid_2_1_0_with_a_rule_and_line_per_result(bad: Path) -> None:
+    mask = ROOT / "fixtures" / "causal_diagonal_masked.safetensors"
+    r = cli("--format", "sarif", str(bad), str(mask))
+    doc = json.loads(r.stdout)
+    _check_sarif(doc)
+    results = doc["runs"][0]["results"]
+    assert {x["ruleId"] for x in results} >= {"MC501", "MC503", "MC040"}
+    src = next(x for x in results if x["ruleId"] == "MC501")
+    region = src["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (2, 30)
+    assert src["level"] == "warning"
+
+
+def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("def f(:\n    x.masked_fill(m, -1e9)\n")
+    r = cli("--format", "sarif", str(tmp_path))
+    doc = json.loads(r.stdout)
+    _check_sarif(doc)
+    invocation = doc["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    assert "syntax error" in invocation["toolExecutionNotifications"][0]["message"]["text"]
+    assert r.returncode == 2
+
+
+def test_github_annotations(bad: Path) -> None:
+    r = cli("--format", "github", str(bad))
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"::warning file={bad},line=2,col=30,title=maskcheck (MC501)::")
+    assert lines[1].startswith(f"::error file={bad},line=3,col=5,title=maskcheck (MC503)::")
+    assert r.returncode == 1
+
+
+def test_statistics(bad: Path, tmp_path: Path) -> None:
+    (tmp_path / "more.py").write_text("s = x.masked_fill(m, -1e10)\n")
+    r = cli("--statistics", str(tmp_path))
+    assert r.stdout.splitlines()[:2] == ["2\tMC501\tlarge-negative-literal",
+                                         "1\tMC503\ttriu-diagonal-zero"]
+
+
+def test_pyproject_config_applies(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.maskcheck]\nignore = ["MC503"]\nfail-on = "warning"\nexclude = ["gen"]\n'
+        '[tool.maskcheck.per-file-ignores]\n"tests/*" = ["MC501"]\n'
+    )
+    for rel in ("pkg/model.py", "tests/test_model.py", "gen/model.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(BAD)
+    r = cli(".", cwd=tmp_path)
+    assert r.returncode == 1  # fail-on warning from the config
+    codes = [line.split()[1] for line in r.stdout.splitlines()[:-1]]
+    assert codes == ["MC501"]
+    assert "pkg/model.py:2:30" in r.stdout
+    assert check_main(["--fail-on", "error", str(tmp_path)]) == 0  # the CLI wins
+
+
+def test_broken_config_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.maskcheck]\nselect = ["MC9"]\n')
+    (tmp_path / "m.py").write_text(BAD)
+    r = cli(str(tmp_path / "m.py"))
+    assert r.returncode == 2 and "MC9" in r.stderr and "select" in r.stderr
+
+
+def test_mask_files_go_through_inspect(tmp_path: Path) -> None:
+    mask = ROOT / "fixtures" / "causal_diagonal_masked.safetensors"
+    r = cli("--format", "json", str(mask))
+    (entry,) = json.loads(r.stdout)["files"]
+    codes = {f["code"] for t in entry["tensors"] for f in t["findings"]}
+    assert "MC040" in codes and r.returncode == 1
+    assert cli("--ignore", "MC0", str(mask)).returncode == 0
+
+
+def test_other_suffix_named_explicitly_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    r = cli(str(path))
+    assert r.returncode == 2 and "not a Python source or a mask file" in r.stdout
+
+
+def test_fixture_tree_through_cli() -> None:
+    r = cli(str(LINT_FIXTURES))
+    assert r.returncode == 1
+    assert {line.split()[1] for line in r.stdout.splitlines()[:-1]} == {
+        "MC501", "MC502", "MC503", "MC504", "MC505", "MC506"}
