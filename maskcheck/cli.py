@@ -2,100 +2,117 @@
 
 Each command lives in `maskcheck/commands/<name>.py` and returns an exit code; this module is
 the only place that exits, and the one error handler that maps failures to CONTRACT codes.
+Typer is imported only when the app is built, so `maskcheck check` (the pre-commit path)
+starts without it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-
-import typer
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from maskcheck import __version__
-from maskcheck.errors import MaskcheckError, UsageError
+from maskcheck.errors import MaskcheckError
 
-app = typer.Typer(
-    name="maskcheck",
-    help="Attention-mask linter and debugger for PyTorch.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+if TYPE_CHECKING:
+    import typer
 
 _COMMAND_MODULES = ("inspect", "check", "simulate", "replay", "rules")
 # Command name -> the module that registers it (start-up imports only what runs).
 _MODULE_OF = {name: name for name in _COMMAND_MODULES} | {"explain": "rules"}
 
 
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"maskcheck {__version__}")
-        raise typer.Exit(0)
+def build_app(args: Sequence[str] = ()) -> typer.Typer:
+    """The Typer app with the command named in `args` (all commands when none is)."""
+    import typer
 
+    app = typer.Typer(
+        name="maskcheck",
+        help="Attention-mask linter and debugger for PyTorch.",
+        add_completion=False,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
-    ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
-) -> None:
-    if debug:
-        os.environ["MASKCHECK_DEBUG"] = "1"
+    def version_callback(value: bool) -> None:
+        if value:
+            typer.echo(f"maskcheck {__version__}")
+            raise typer.Exit(0)
 
-
-def _register_commands(args: Sequence[str] = ()) -> None:
-    import importlib
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=version_callback, is_eager=True,
+            help="Print the version."),
+        debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+    ) -> None:
+        if debug:
+            os.environ["MASKCHECK_DEBUG"] = "1"
 
     command = next((a for a in args if not a.startswith("-")), None)
     wanted = _MODULE_OF.get(command or "")
     for name in (wanted,) if wanted else _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(f"maskcheck.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"maskcheck.commands.{name}":
-                continue
-            raise
-        mod.register(app)
+        importlib.import_module(f"maskcheck.commands.{name}").register(app)
+    return app
+
+
+def _click_exceptions() -> ModuleType:
+    try:  # typer >= 0.16 vendors click
+        return importlib.import_module("typer._click.exceptions")
+    except ImportError:
+        return importlib.import_module("click.exceptions")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
+    if args[:1] == ["check"] and not {"--help", "-h"} & set(args):
+        # The pre-commit path: Typer's import alone costs more than the whole check of a
+        # file, so `check` parses its options with argparse (same options, same exit codes;
+        # `check --help` still comes from Typer).
+        from maskcheck.commands.check import main as check_main
+
+        return check_main(args[1:])
     try:
-        _register_commands(args)
-        result = app(args=args, prog_name="maskcheck", standalone_mode=False)
-    except SystemExit as e:  # typer.Exit inside callbacks
-        return int(e.code or 0) if isinstance(e.code, int) or e.code is None else 2
-    except UsageError as e:
-        print(f"maskcheck: error: {e}", file=sys.stderr)
-        return 2
-    except MaskcheckError as e:
+        result = build_app(args)(args=args, prog_name="maskcheck", standalone_mode=False)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except MaskcheckError as e:  # UsageError and FileProblem included: exit 2
         print(f"maskcheck: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("maskcheck: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
-            return int(e.exit_code)
-        if isinstance(e, click.ClickException):
-            e.show()
-            return 2
-        if isinstance(e, click.exceptions.Abort):
-            return 130
-        if debug:
-            traceback.print_exc()
-        else:
-            print(
-                f"maskcheck: internal error: {type(e).__name__}: {e} "
-                "(this is a bug; rerun with --debug for the traceback)",
-                file=sys.stderr,
-            )
-        return 3
+        return _other_exception(e, debug)
     return int(result or 0)
+
+
+def _other_exception(e: Exception, debug: bool) -> int:
+    import typer
+
+    ce = _click_exceptions()
+    exits = tuple(c for c in (typer.Exit, getattr(ce, "Exit", None)) if isinstance(c, type))
+    aborts = tuple(c for c in (typer.Abort, getattr(ce, "Abort", None)) if isinstance(c, type))
+    if isinstance(e, exits):
+        return int(getattr(e, "exit_code", 0))
+    if isinstance(e, ce.ClickException):
+        e.show()
+        return 2
+    if isinstance(e, aborts):
+        return 130
+    if debug:
+        traceback.print_exc()
+    else:
+        print(
+            f"maskcheck: internal error: {type(e).__name__}: {e} "
+            "(this is a bug; rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+    return 3
