@@ -165,6 +165,9 @@ def analyze_file(
     if loaded.tensor_errors:
         msg = "; ".join(f"tensor {n!r}: {p}" for n, p in loaded.tensor_errors[:3])
         report.error = report.error or msg
+    if report.error is not None:
+        # CONTRACT: a file that could not be read (wholly) reports no tensors.
+        report.tensors, report.findings = [], []
     return report
 
 
