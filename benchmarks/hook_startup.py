@@ -9,35 +9,17 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _machine import machine, wall_times
 
 ONE = 'import torch\n\ndef f(scores, mask):\n    return scores.masked_fill(mask, -1e9)\n'
 
 
-def machine() -> str:
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    load = f" load {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}{load}"
-
-
 def wall(cmd: list[str], repeat: int) -> tuple[float, float]:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
+    times, _ = wall_times(cmd, repeat)
     return statistics.median(times), min(times)
 
 

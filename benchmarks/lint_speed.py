@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _machine import machine, wall_times
 
 BIN = Path(sys.executable).parent
 
@@ -30,26 +30,8 @@ def default_tree() -> Path:
     return Path(spec.origin).parent / "models"
 
 
-def machine() -> str:
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    load = f" load {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}{load}"
-
-
 def wall(cmd: list[str], repeat: int) -> tuple[float, int]:
-    times, code = [], 0
-    for _ in range(repeat):
-        start = time.perf_counter()
-        code = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-        times.append(time.perf_counter() - start)
+    times, code = wall_times(cmd, repeat)
     return statistics.median(times), code
 
 

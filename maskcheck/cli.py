@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -69,18 +69,14 @@ def _click_exceptions() -> ModuleType:
         return importlib.import_module("click.exceptions")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
-    if args[:1] == ["check"] and not {"--help", "-h"} & set(args):
-        # The pre-commit path: Typer's import alone costs more than the whole check of a
-        # file, so `check` parses its options with argparse (same options, same exit codes;
-        # `check --help` still comes from Typer).
-        from maskcheck.commands.check import main as check_main
+def debug_requested(args: Sequence[str]) -> bool:
+    return "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
 
-        return check_main(args[1:])
+
+def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> int:
+    """The one error handler: run a command and map what it raises to CONTRACT exit codes."""
     try:
-        result = build_app(args)(args=args, prog_name="maskcheck", standalone_mode=False)
+        return run()
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except MaskcheckError as e:  # UsageError and FileProblem included: exit 2
@@ -90,11 +86,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("maskcheck: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        return _other_exception(e, debug)
-    return int(result or 0)
+        code = _typer_exception(e) if typer_app else None
+        if code is not None:
+            return code
+        if debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"maskcheck: internal error: {type(e).__name__}: {e} "
+                "(this is a bug; rerun with --debug for the traceback)",
+                file=sys.stderr,
+            )
+        return 3
 
 
-def _other_exception(e: Exception, debug: bool) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["check"] and not {"--help", "-h"} & set(args):
+        # The pre-commit path: Typer's import alone costs more than the whole check of a
+        # file, so `check` parses its options with argparse (same options, same exit codes;
+        # `check --help` still comes from Typer).
+        from maskcheck.commands.check import main as check_main
+
+        return check_main(args[1:])
+
+    def run() -> int:
+        result = build_app(args)(args=args, prog_name="maskcheck", standalone_mode=False)
+        return int(result or 0)
+
+    return guarded(run, debug=debug_requested(args), typer_app=True)
+
+
+def _typer_exception(e: Exception) -> int | None:
+    """Exit code for Typer's/Click's own exceptions; None for anything else."""
     import typer
 
     ce = _click_exceptions()
@@ -107,12 +131,4 @@ def _other_exception(e: Exception, debug: bool) -> int:
         return 2
     if isinstance(e, aborts):
         return 130
-    if debug:
-        traceback.print_exc()
-    else:
-        print(
-            f"maskcheck: internal error: {type(e).__name__}: {e} "
-            "(this is a bug; rerun with --debug for the traceback)",
-            file=sys.stderr,
-        )
-    return 3
+    return None

@@ -62,7 +62,7 @@ def padding_with_attn_mask(
             # In self-attention (L == S) a query at a padded position is a pad token: its
             # empty row is expected (warning); a real token's empty row is an error.
             padded_query = np.zeros_like(fresh)
-            if L == s_len:
+            if s_len == L:
                 padded_query |= ~pk[:, None, :]
             for rows, severity, what in (
                 (fresh & ~padded_query, info.severity, "query row(s) of real tokens"),

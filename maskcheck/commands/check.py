@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from maskcheck.config import Config, common_start, discover
-from maskcheck.errors import MaskcheckError, UsageError
+from maskcheck.errors import UsageError
 from maskcheck.model import FileReport, Report, Severity
 from maskcheck.selection import Selection, parse_severity, split_codes
 
@@ -157,10 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Same options and exit codes as the Typer command; errors are mapped as `cli.main` does.
     """
+    from maskcheck.cli import debug_requested, guarded
+
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    parser.__class__ = _Parser
-    try:
+
+    def run() -> int:
+        parser = _parser()
+        parser.__class__ = _Parser
         ns = parser.parse_args(args_list)
         if ns.jobs is not None and ns.jobs < 1:
             raise UsageError("--jobs takes a number >= 1")
@@ -171,24 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return run_check(ns.paths, opts, fmt=ns.fmt, statistics=ns.statistics,
                          exit_zero=ns.exit_zero)
-    except MaskcheckError as e:
-        print(f"maskcheck: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("maskcheck: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if ns_debug(args_list):
-            raise
-        print(f"maskcheck: internal error: {type(e).__name__}: {e} "
-              "(this is a bug; rerun with --debug for the traceback)", file=sys.stderr)
-        return 3
 
-
-def ns_debug(args: list[str]) -> bool:
-    import os
-
-    return "--debug" in args or os.environ.get("MASKCHECK_DEBUG") == "1"
+    return guarded(run, debug=debug_requested(args_list))
 
 
 def register(app: Any) -> None:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from maskcheck.model import FileReport, Finding, Index, Run, Severity, TensorReport
+from maskcheck.render.rich_report import compress_ranges
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow",
                   Severity.INFO: "bold blue"}
@@ -55,16 +56,8 @@ def rows_text(rows: Sequence[Sequence[int]], limit: int = 4) -> str:
 
 
 def _ranges(values: Sequence[int]) -> str:
-    nums = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return " ".join(out) if len(out) <= 3 else " ".join(out[:3]) + " …"
+    parts = compress_ranges(values).split(", ")
+    return " ".join(parts) if len(parts) <= 3 else " ".join(parts[:3]) + " …"
 
 
 def _num(x: float | None) -> str:

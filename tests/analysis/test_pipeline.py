@@ -68,7 +68,8 @@ def test_progress_reaches_the_total(tmp_path: Path) -> None:
         paths.append(str(p))
     for jobs in (1, 2):
         calls: list[tuple[int, int]] = []
-        analyze_paths(paths, jobs=jobs, progress=lambda done, total: calls.append((done, total)))
+        analyze_paths(paths, jobs=jobs, progress=lambda done, total, calls=calls: calls.append(
+            (done, total)))
         assert calls
         done, total = calls[-1]
         assert total == sum(Path(p).stat().st_size for p in paths)
