@@ -93,6 +93,13 @@ def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
     evidence.append(why)
     if kind == "not-a-mask":
         return Inference("not-a-mask", 0.9, "unknown", [], {}, evidence, eff_api, kind)
+    if kind == "bias":
+        # Rows of a bias hold many values; which keys are hidden is not a zero/nonzero split,
+        # so no row pattern or row rule applies.
+        evidence.append("rows are not analysed for a pattern")
+        role: Role = "attn_mask" if len(s.shape) in (2, 3, 4) else "unknown"
+        return Inference("additive", 0.6, role, ["custom"], {}, evidence, eff_api, kind,
+                         masked_values=masked_values)
 
     padding_role = _is_padding_layout(s, hint.role if hint else None, declared)
     readings = _readings(s, kind, padding_role)
@@ -135,7 +142,7 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
     if s.distinct_overflow or len(values) > MASK_MAX_DISTINCT:
         if s.neginf_count or s.finfo_min_count:
             neg = [v for v in values if v == -math.inf or v == s.finfo_min]
-            return "additive", neg, (
+            return "bias", neg, (
                 "many distinct values with -inf/finfo.min entries: an additive bias with a mask")
         return "not-a-mask", [], (
             f"{'more than ' if s.distinct_overflow else ''}{len(values)} distinct float values "
@@ -149,6 +156,12 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
         return "multiplicative", [], "float values in {0, 1}: a multiplicative (keep = 1) mask"
     negatives = [v for v in values if v < 0]
     positives = [v for v in values if v > 0]
+    small = [v for v in values if v != 0 and abs(v) < WEAK_MASK_MAGNITUDE]
+    strong = [v for v in negatives if v <= -WEAK_MASK_MAGNITUDE]
+    if len(small) >= 2 and strong:
+        return "bias", strong, (
+            f"float values {_fmt_values(values)}: an additive bias (ALiBi-style) beside masked "
+            "entries")
     if negatives and not positives:
         if len(negatives) > 3 and all(v > -WEAK_MASK_MAGNITUDE for v in negatives):
             return "not-a-mask", [], (

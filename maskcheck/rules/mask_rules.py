@@ -319,6 +319,12 @@ def broadcast_trap(ctx: MaskContext) -> Iterator[Finding]:
         return
     c, f, la = r.kept_count, r.first_kept, r.last_kept
     padding_rows = (c == 0) | ((la - f + 1 == c) & ((f == 0) | (la == s.cols - 1)))
+    if s.rows == s.cols:
+        # A self-attention mask keeps each query's own key (causal, prefix-LM, windows,
+        # blocks); padding rows misread as queries lose it once a length is <= its row.
+        diag = np.arange(s.rows)
+        if np.all((f <= diag) & (diag <= la) & (c > 0)):
+            return
     if padding_rows.all() and len(set(c.tolist())) > 1 and s.rows > 1 and c.any():
         yield ctx.finding(
             "MC031", f"rows of this {tuple(s.shape)} mask look like per-sequence padding: as a "

@@ -43,6 +43,17 @@ def summed_finfo_min_masks() -> np.ndarray:
         return causal + np.array([F32_MIN, F32_MIN, 0], np.float32)
 
 
+def prefix_lm(n: int, prefix: int) -> np.ndarray:
+    keep = tril(n)
+    keep[:prefix, :prefix] = True  # the prefix attends bidirectionally
+    return keep
+
+
+def alibi_causal(n: int) -> np.ndarray:
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    return (np.triu(np.full((n, n), -np.inf), 1) - 0.5 * distance).astype(np.float32)
+
+
 # name -> (array, analyze kwargs): masks built the way correct code builds them.
 GOOD: dict[str, tuple[Callable[[], np.ndarray], dict[str, str]]] = {
     "sdpa-bool-causal": (lambda: tril(), {"name": "attn_mask", "api": "sdpa"}),
@@ -64,6 +75,8 @@ GOOD: dict[str, tuple[Callable[[], np.ndarray], dict[str, str]]] = {
         lambda: additive(hf_left_padded_causal([5, 3], 5), F32_MIN), {"name": "causal_mask"}),
     "fp16-minus-1e4": (lambda: additive(tril(), -1e4, np.float16), {"name": "attn_mask"}),
     "fp32-minus-1e9": (lambda: additive(tril(), -1e9), {"name": "attn_mask"}),
+    "prefix-lm": (lambda: prefix_lm(6, 3), {"name": "attn_mask", "api": "sdpa"}),
+    "alibi-with-causal": (lambda: alibi_causal(6), {"name": "attn_bias"}),
     "lower-right-kv-cache": (lambda: np.tril(np.ones((2, 6), bool), 4), {"name": "attn_mask",
                                                                        "api": "sdpa"}),
 }
