@@ -86,6 +86,10 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         print("maskcheck: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if isinstance(e, ModuleNotFoundError) and e.name == "torch":
+            print("maskcheck: error: this command runs torch, which is not installed: "
+                  "pip install 'maskcheck[torch]'", file=sys.stderr)
+            return 2
         code = _typer_exception(e) if typer_app else None
         if code is not None:
             return code

@@ -46,3 +46,18 @@ def test_check_path_starts_without_typer_numpy_or_torch(tmp_path: object) -> Non
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "0 []", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["simulate", "--seq", "5", "--pad", "3"],
+    ["replay", "fixtures/captures/mha_fully_padded.safetensors"],
+])
+def test_torch_commands_without_torch_are_a_usage_error(args: list[str]) -> None:
+    code = ("import sys\nsys.modules['torch'] = None  # as if torch were not installed\n"
+            "from maskcheck.cli import main\n"
+            f"raise SystemExit(main({args!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'maskcheck[torch]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
