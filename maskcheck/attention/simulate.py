@@ -307,7 +307,7 @@ def _fp16_minus_1e9(inp: Inputs, keep4: torch.Tensor) -> Scenario:
     q, k, v = (t.to(half) for t in (inp.q, inp.k, inp.v))
     scores = q @ k.transpose(-2, -1)
     # The mistake is the point here: run it to show what torch does with it.
-    _, fill_err = _try(lambda: scores.masked_fill(~keep4, -1e9))  # noqa: MC501
+    _, fill_err = _try(lambda: scores.masked_fill(~keep4, -1e9))  # maskcheck: ignore[MC501]
     mask, _ = _try(lambda: (~keep4).to(half) * -1e9)
     assert mask is not None
     call = AttentionCall("manual", q, k, v, attn_mask=mask)
