@@ -51,6 +51,21 @@ MASK_MAX_DISTINCT = 8
 KeepWhen = Literal["true", "false", "zero", "nonzero"]
 
 
+# Float dtypes by the names people type (a `torch.` prefix is allowed); values are torch names.
+DTYPE_ALIASES: dict[str, str] = {
+    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
+    "float64": "float64", "fp64": "float64", "double": "float64", "f64": "float64",
+    "float8_e4m3fn": "float8_e4m3fn", "fp8": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+}
+
+
+def float_dtype_name(name: str) -> str | None:
+    """The torch name of a float dtype as typed ("bf16", "torch.half"), or None."""
+    return DTYPE_ALIASES.get(name.strip().lower().removeprefix("torch."))
+
+
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 

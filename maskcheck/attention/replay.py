@@ -52,15 +52,10 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str | None) -> torch.dtype | None:
-    if name is None:
-        return None
-    key = name.strip().lower().removeprefix("torch.")
-    aliases = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
-               "float": "float32", "fp64": "float64", "double": "float64"}
-    key = aliases.get(key, key)
-    if key not in DTYPES:
-        raise UsageError(f"--dtype takes float16, bfloat16, float32 or float64, not {name!r}")
-    return DTYPES[key]
+    from maskcheck.commands.options import parse_float_dtype
+
+    picked = parse_float_dtype(name, allowed=tuple(DTYPES))
+    return None if picked is None else DTYPES[picked]
 
 
 def mask_reports(call: AttentionCall, selection: Selection | None) -> list[TensorReport]:

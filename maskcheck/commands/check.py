@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from maskcheck.commands.options import parse_api
 from maskcheck.config import Config, common_start, discover
 from maskcheck.errors import UsageError
 from maskcheck.model import FileReport, Report, Severity
 from maskcheck.selection import Selection, parse_severity, split_codes
 
 FORMATS = ("concise", "text", "json", "sarif", "github")
-API_CHOICES = ("mha", "sdpa", "hf", "eager", "flex", "auto")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     config = discover(common_start(paths))
     selection = _selection(config, opts)
     fail_on = parse_severity(opts.fail_on) if opts.fail_on else config.fail_on or Severity.ERROR
-    api = _api(opts.api or config.api or "auto")
+    api = parse_api(opts.api or config.api or "auto")
     inputs = collect(paths, config)
     items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.sources]
     reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
@@ -85,13 +85,6 @@ def _analyze_mask(path: Path, api: str, selection: Selection, config: Config) ->
     for t in report.tensors:
         t.summary = None
     return report
-
-
-def _api(value: str) -> str:
-    api = value.strip().lower()
-    if api not in API_CHOICES:
-        raise UsageError(f"--api takes {'|'.join(API_CHOICES)}, not {value!r}")
-    return api
 
 
 def render(report: Report, fmt: str, *, statistics: bool) -> str:

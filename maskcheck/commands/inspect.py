@@ -5,50 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 
-from maskcheck.errors import UsageError
-from maskcheck.model import Api, Report
+from maskcheck.commands.options import parse_api, parse_float_dtype, parse_format
+from maskcheck.model import Report
 from maskcheck.selection import Selection, parse_severity
-
-API_CHOICES: tuple[str, ...] = get_args(Api)
-FORMATS = ("text", "json")
-# Query dtypes by the names people type; values are torch dtype names.
-_DTYPE_ALIASES = {
-    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
-    "float64": "float64", "fp64": "float64", "double": "float64", "f64": "float64",
-    "float8_e4m3fn": "float8_e4m3fn", "fp8": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-}
-
-
-def parse_api(value: str) -> str:
-    api = value.strip().lower()
-    if api not in API_CHOICES:
-        raise UsageError(f"--api takes {'|'.join(API_CHOICES)}, not {value!r}")
-    return api
-
-
-def parse_query_dtype(value: str | None) -> str | None:
-    if value is None:
-        return None
-    key = value.strip().lower().removeprefix("torch.")
-    if key not in _DTYPE_ALIASES:
-        raise UsageError(
-            f"--dtype takes a float dtype (float16, bfloat16, float32, float64), not {value!r}"
-        )
-    return _DTYPE_ALIASES[key]
-
-
-def parse_format(value: str, choices: tuple[str, ...] = FORMATS) -> str:
-    fmt = value.strip().lower()
-    if fmt not in choices:
-        raise UsageError(f"--format takes {'|'.join(choices)}, not {value!r}")
-    return fmt
-
 
 _OPT = typer.Option
 PathsArg = Annotated[list[Path], typer.Argument(
@@ -93,7 +56,7 @@ def inspect_command(
         [str(p) for p in paths],
         keys=list(key) or None,
         api=parse_api(api),
-        query_dtype=parse_query_dtype(dtype),
+        query_dtype=parse_float_dtype(dtype),
         selection=selection,
         jobs=jobs,
         show_progress=fmt == "text",
@@ -128,29 +91,16 @@ def _analyze(
 def _print_text(
     report: Report, *, width: int | None, picture: bool, svg: Path | None, html: Path | None
 ) -> None:
-    from maskcheck.render.console import (
-        make_console,
-        print_clean,
-        print_parts,
-        recording_console,
-        unicode_ok,
-    )
+    from maskcheck.render.console import make_console, print_clean, save_recording, unicode_ok
     from maskcheck.render.rich_report import RenderOptions, report_parts
 
     console = make_console(width=width)
     opts = RenderOptions(width=console.width, picture=picture, unicode=unicode_ok(console))
     print_clean(console, report_parts(report, opts))
-    if svg is None and html is None:
-        return
-    recorder = recording_console(console.width)
-    print_parts(recorder, report_parts(report, RenderOptions(width=console.width, picture=picture)))
-    try:
-        if svg is not None:
-            recorder.save_svg(str(svg), title="maskcheck inspect", clear=False)
-        if html is not None:
-            recorder.save_html(str(html), clear=False)
-    except OSError as e:
-        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
+    if svg is not None or html is not None:
+        recorded = report_parts(report, RenderOptions(width=console.width, picture=picture))
+        save_recording(recorded, width=console.width, svg=svg, html=html,
+                       title="maskcheck inspect")
 
 
 def register(app: typer.Typer) -> None:

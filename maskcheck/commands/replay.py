@@ -9,11 +9,11 @@ from typing import Any
 
 import typer
 
-from maskcheck.errors import UsageError
+from maskcheck.commands.options import parse_api, parse_format
 from maskcheck.model import Report
 from maskcheck.selection import Selection, parse_severity
 
-_API_CHOICES = ("auto", "sdpa", "mha", "hf", "eager", "manual")
+_REPLAY_APIS = ("auto", "sdpa", "mha", "hf", "eager", "manual")
 
 
 def path_views(paths: Any) -> list[Any]:
@@ -24,21 +24,11 @@ def path_views(paths: Any) -> list[Any]:
 
 def emit_text(renderable: Any, *, width: int | None, svg: Path | None, html: Path | None,
               title: str) -> None:
-    from maskcheck.render.console import make_console, print_clean, recording_console
+    from maskcheck.render.console import make_console, print_clean, save_recording
 
     console = make_console(width=width)
     print_clean(console, renderable)
-    if svg is None and html is None:
-        return
-    recorder = recording_console(console.width)
-    recorder.print(renderable)
-    try:
-        if svg is not None:
-            recorder.save_svg(str(svg), title=title, clear=False)
-        if html is not None:
-            recorder.save_html(str(html), clear=False)
-    except OSError as e:
-        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
+    save_recording(renderable, width=console.width, svg=svg, html=html, title=title)
 
 
 def replay_command(
@@ -57,11 +47,8 @@ def replay_command(
     width: int | None = typer.Option(None, "--width", min=20, help="Render for this many columns."),
 ) -> int:
     """Run a saved attention call on every SDPA backend / MHA path and the float64 reference."""
-    fmt = output_format.strip().lower()
-    if fmt not in ("text", "json"):
-        raise UsageError(f"--format takes text|json, not {output_format!r}")
-    if api.strip().lower() not in _API_CHOICES:
-        raise UsageError(f"--api takes {'|'.join(_API_CHOICES)}, not {api!r}")
+    fmt = parse_format(output_format)
+    parse_api(api, _REPLAY_APIS)
     severity = parse_severity(fail_on)
     selection = Selection.build(select, ignore)
     from maskcheck.attention.replay import replay_file

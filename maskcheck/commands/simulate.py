@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from maskcheck.errors import UsageError
+from maskcheck.commands.options import parse_format
 
 
 def simulate_command(
@@ -33,9 +33,7 @@ def simulate_command(
     width: int | None = typer.Option(None, "--width", min=20, help="Render for this many columns."),
 ) -> int:
     """Build the masks for a described batch, run real attention calls, show what each does."""
-    fmt = output_format.strip().lower()
-    if fmt not in ("text", "json"):
-        raise UsageError(f"--format takes text|json, not {output_format!r}")
+    fmt = parse_format(output_format)
     from maskcheck.attention.replay import resolve_dtype
     from maskcheck.attention.simulate import BatchSpec, simulate, to_json
 

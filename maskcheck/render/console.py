@@ -6,10 +6,13 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO
 
 from rich.console import Console, RenderableType
 from rich.text import Text
+
+from maskcheck.errors import UsageError
 
 
 def no_color_requested(env: Mapping[str, str] | None = None) -> bool:
@@ -89,6 +92,24 @@ def print_clean(console: Console, renderable: RenderableType | Sequence[Renderab
         print_parts(console, renderable)
     lines = captured.get().splitlines()
     write_safely(console.file, "".join(line.rstrip() + "\n" for line in lines))
+
+
+def save_recording(
+    renderable: RenderableType | Sequence[RenderableType], *, width: int,
+    svg: Path | None, html: Path | None, title: str,
+) -> None:
+    """Render once more on a recording console and save it for --svg / --html."""
+    if svg is None and html is None:
+        return
+    recorder = recording_console(width)
+    print_parts(recorder, renderable)
+    try:
+        if svg is not None:
+            recorder.save_svg(str(svg), title=title, clear=False)
+        if html is not None:
+            recorder.save_html(str(html), clear=False)
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
 
 
 def write_safely(file: IO[str], text: str) -> None:
