@@ -210,9 +210,11 @@ register(RuleInfo(
 register(RuleInfo(
     "MC050", "dense-causal-mask", INFO, "mask",
     "Exactly causal: pass is_causal=True instead.",
-    "A dense causal mask costs L*S memory and, on CUDA, keeps FlashAttention from running (it "
-    "takes is_causal but not an arbitrary mask). is_causal=True gives the same result "
-    "(upper-left aligned) without the tensor.",
+    "A dense causal mask costs L*S memory and bandwidth. On CUDA, FlashAttention takes "
+    "is_causal but not an arbitrary mask, so a mask sends the call to another kernel (as "
+    "PyTorch's SDPA and transformers' masking_utils document it; `maskcheck replay --device "
+    "cuda` shows which kernel runs on yours). is_causal=True gives the same result "
+    "(upper-left aligned, checked on CPU) without the tensor.",
     "F.scaled_dot_product_attention(q, k, v, attn_mask=torch.tril(torch.ones(L, L, dtype=bool)))",
     "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
     "drop the mask and pass is_causal=True",
