@@ -1,15 +1,33 @@
-"""Analysis: one streaming pass per tensor -> MaskSummary -> inference -> rules -> reports."""
+"""Analysis: one streaming pass per tensor -> MaskSummary -> inference -> rules -> reports.
+
+The entry points import the pipeline when called, not here: the rules import
+`analysis.infer`, and the pipeline imports the rules, so an eager import here would make
+`import maskcheck.rules.mask_rules` circular.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from maskcheck.analysis.pipeline import analyze_file, analyze_paths, analyze_source
 from maskcheck.io.base import ArraySource, TensorSource
-from maskcheck.model import TensorReport
+from maskcheck.model import FileReport, Report, TensorReport
 from maskcheck.selection import Selection
 
-__all__ = ["analyze", "analyze_file", "analyze_paths", "analyze_source", "as_source"]
+
+def analyze_source(
+    source: TensorSource,
+    *,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    block_rows: int | None = None,
+) -> TensorReport:
+    """Summarise one tensor in row blocks, infer what it is and run the mask rules."""
+    from maskcheck.analysis.pipeline import analyze_source as _impl
+
+    return _impl(source, api=api, query_dtype=query_dtype, selection=selection,
+                 block_rows=block_rows)
 
 
 def analyze(
@@ -30,8 +48,42 @@ def as_source(tensor: Any, name: str) -> TensorSource:
 
     if isinstance(tensor, np.ndarray):
         return ArraySource(name, tensor)
-    if type(tensor).__module__.startswith("torch"):
+    mod = type(tensor).__module__
+    if mod.startswith("torch"):
         from maskcheck.io.torch_files import torch_tensor_source
 
         return torch_tensor_source(name, tensor)
     return ArraySource(name, np.asarray(tensor))
+
+
+def analyze_file(
+    path: str,
+    *,
+    keys: Sequence[str] | None = None,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    block_rows: int | None = None,
+) -> FileReport:
+    """Every tensor of one file; a file that cannot be read gives FileReport.error."""
+    from maskcheck.analysis.pipeline import analyze_file as _impl
+
+    return _impl(path, keys=keys, api=api, query_dtype=query_dtype, selection=selection,
+                 block_rows=block_rows)
+
+
+def analyze_paths(
+    paths: Iterable[str],
+    *,
+    keys: Sequence[str] | None = None,
+    api: str = "auto",
+    query_dtype: str | None = None,
+    selection: Selection | None = None,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """Every mask file under `paths`; `progress(bytes_done, bytes_total)` as work goes."""
+    from maskcheck.analysis.pipeline import analyze_paths as _impl
+
+    return _impl(paths, keys=keys, api=api, query_dtype=query_dtype, selection=selection,
+                 jobs=jobs, progress=progress)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.numpy import save_file
 
 from maskcheck.analysis import analyze_file, analyze_paths
@@ -93,3 +96,12 @@ def test_left_padding_with_causal_mask_warns_for_pad_queries(tmp_path: Path) -> 
     (finding,) = analyze_file(str(path)).findings
     assert (finding.code, finding.severity.value) == ("MC002", "warning")
     assert [list(w) for w in finding.where] == [[1, 0], [1, 1]]
+
+
+@pytest.mark.parametrize("module", ["maskcheck.rules.mask_rules", "maskcheck.analysis.infer",
+                                    "maskcheck.analysis.pipeline", "maskcheck.analysis"])
+def test_every_module_imports_first(module: str) -> None:
+    # Each must import in a fresh interpreter, whatever was imported before it.
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
