@@ -15,7 +15,6 @@ from maskcheck.model import Api, Convention, Role
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
-BOOL_DTYPES = ("bool",)
 
 # torch.finfo(dtype).min / max, exact.
 FINFO_MIN: dict[str, float] = {
@@ -47,9 +46,6 @@ def strong_mask_magnitude(dtype: str) -> float:
 MAX_DISTINCT = 64
 # Distinct values above which a float tensor is a weight/activation, not a mask.
 MASK_MAX_DISTINCT = 8
-
-KeepWhen = Literal["true", "false", "zero", "nonzero"]
-
 
 # Float dtypes by the names people type (a `torch.` prefix is allowed); values are torch names.
 DTYPE_ALIASES: dict[str, str] = {
@@ -118,36 +114,32 @@ class ApiSpec:
     title: str
     bool_convention: Convention | None  # how a bool mask is read
     int_convention: Convention | None  # how an integer mask is read (None: rejected)
-    float_convention: Convention  # floats are added to the scores everywhere in torch
     # Legal layouts, as tuples of axis names (N batch, H heads, NH batch*heads, L queries,
-    # S keys, 1 broadcast).
+    # S keys, 1 broadcast). Float masks are added to the scores by every API here.
     layouts: tuple[tuple[str, ...], ...]
-    invert_hint: str
-    rejects_int: bool
+
+    @property
+    def ranks(self) -> set[int]:
+        return {len(layout) for layout in self.layouts}
 
 
 APIS: dict[str, ApiSpec] = {
     "mha": ApiSpec(
-        "mha", "nn.MultiheadAttention", "bool-true-masked", None, "additive",
-        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S")),
-        "key_padding_mask = ~mask  (MHA reads True as 'do not attend')", True),
+        "mha", "nn.MultiheadAttention", "bool-true-masked", None,
+        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S"))),
     "sdpa": ApiSpec(
-        "sdpa", "F.scaled_dot_product_attention", "bool-true-keep", None, "additive",
+        "sdpa", "F.scaled_dot_product_attention", "bool-true-keep", None,
         (("L", "S"), ("N", "H", "L", "S"), ("N", "1", "L", "S"), ("N", "1", "1", "S"),
-         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S")),
-        "attn_mask = ~mask  (SDPA reads True as 'may attend')", True),
+         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S"), ("S",))),
     "hf": ApiSpec(
-        "hf", "Hugging Face attention_mask", "bool-true-keep", "int-one-keep", "additive",
-        (("N", "S"), ("N", "1", "L", "S")),
-        "attention_mask = 1 - mask  (HF reads 1 as a real token)", False),
+        "hf", "Hugging Face attention_mask", "bool-true-keep", "int-one-keep",
+        (("N", "S"), ("N", "1", "L", "S"))),
     "eager": ApiSpec(
-        "eager", "HF eager attention (scores + mask)", "bool-true-keep", None, "additive",
-        (("N", "1", "L", "S"), ("N", "H", "L", "S")),
-        "mask = torch.where(keep, 0.0, torch.finfo(dtype).min)", True),
+        "eager", "HF eager attention (scores + mask)", "bool-true-keep", None,
+        (("N", "1", "L", "S"), ("N", "H", "L", "S"))),
     "flex": ApiSpec(
-        "flex", "FlexAttention mask_mod / create_mask", "bool-true-keep", None, "additive",
-        (("N", "H", "L", "S"), ("1", "1", "L", "S"), ("L", "S")),
-        "return ~(...) from mask_mod  (FlexAttention keeps where mask_mod is True)", True),
+        "flex", "FlexAttention mask_mod / create_mask", "bool-true-keep", None,
+        (("N", "H", "L", "S"), ("1", "1", "L", "S"), ("L", "S"))),
 }
 
 
@@ -158,28 +150,27 @@ class NameHint:
     role: Role
     bool_convention: Convention | None  # what a bool mask of this name means
     int_convention: Convention | None
-    strength: float  # how much the name alone says (0..1)
 
 
 # Ordered: first match wins.
 _MASKED: Convention = "bool-true-masked"
 _KEEP: Convention = "bool-true-keep"
 NAME_HINTS: tuple[NameHint, ...] = (
-    NameHint("*key_padding_mask", "mha", "key_padding_mask", _MASKED, "int-one-masked", 0.8),
-    NameHint("src_mask", "mha", "attn_mask", _MASKED, None, 0.7),
-    NameHint("tgt_mask", "mha", "attn_mask", _MASKED, None, 0.7),
-    NameHint("memory_mask", "mha", "attn_mask", _MASKED, None, 0.7),
-    NameHint("*padding_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked", 0.5),
-    NameHint("pad_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked", 0.5),
-    NameHint("attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep", 0.7),
-    NameHint("*attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep", 0.6),
-    NameHint("attn_mask", "auto", "attn_mask", None, None, 0.0),
-    NameHint("*attn_mask", "auto", "attn_mask", None, None, 0.0),
-    NameHint("causal_mask", "auto", "attn_mask", None, None, 0.0),
-    NameHint("*keep*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
-    NameHint("*valid*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
-    NameHint("*visible*", "auto", "unknown", _KEEP, "int-one-keep", 0.4),
-    NameHint("block_mask", "flex", "attn_mask", _KEEP, None, 0.5),
+    NameHint("*key_padding_mask", "mha", "key_padding_mask", _MASKED, "int-one-masked"),
+    NameHint("src_mask", "mha", "attn_mask", _MASKED, None),
+    NameHint("tgt_mask", "mha", "attn_mask", _MASKED, None),
+    NameHint("memory_mask", "mha", "attn_mask", _MASKED, None),
+    NameHint("*padding_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked"),
+    NameHint("pad_mask", "auto", "key_padding_mask", _MASKED, "int-one-masked"),
+    NameHint("attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep"),
+    NameHint("*attention_mask", "hf", "hf_attention_mask", _KEEP, "int-one-keep"),
+    NameHint("attn_mask", "auto", "attn_mask", None, None),
+    NameHint("*attn_mask", "auto", "attn_mask", None, None),
+    NameHint("causal_mask", "auto", "attn_mask", None, None),
+    NameHint("*keep*", "auto", "unknown", _KEEP, "int-one-keep"),
+    NameHint("*valid*", "auto", "unknown", _KEEP, "int-one-keep"),
+    NameHint("*visible*", "auto", "unknown", _KEEP, "int-one-keep"),
+    NameHint("block_mask", "flex", "attn_mask", _KEEP, None),
 )
 
 

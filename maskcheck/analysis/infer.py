@@ -76,10 +76,6 @@ class Inference:
     masked_values: list[float] = field(default_factory=list)
     padding_role: bool = False
 
-    @property
-    def is_mask(self) -> bool:
-        return self.convention not in ("not-a-mask",) and self.reading is not None
-
 
 def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
     hint = name_hint(s.name)

@@ -28,12 +28,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 # Names of the nn.MultiheadAttention parameters a capture file stores (CONTRACT extension).
-MHA_WEIGHTS = (
-    "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight", "v_proj_weight",
-    "out_proj_weight", "out_proj_bias", "bias_k", "bias_v",
-)
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

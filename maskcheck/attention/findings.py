@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import torch
 
-from maskcheck.attention.call import AttentionCall, hidden_by, sdpa_reference
+from maskcheck.attention.call import AttentionCall, sdpa_reference
 from maskcheck.attention.paths import TOLERANCE, PathResult, PathsResult
 from maskcheck.model import Finding, Index
 from maskcheck.rules.registry import get_rule
@@ -212,6 +212,3 @@ def _silent_leak(result: PathsResult) -> list[Finding]:
         f"{what}: {_fmt_rows(rows)}; largest weight on hidden keys per path: {per}.{hint}",
         rows)]
 
-
-def hidden_for_api(mask: torch.Tensor, api: str) -> torch.Tensor:
-    return hidden_by(mask, "masked" if api == "mha" else "keep")

@@ -489,12 +489,6 @@ def run_all_paths(call: AttentionCall, *, manual: bool = False, only_manual: boo
     return PathsResult(call, ref, ref_error, paths, unavailable, picked)
 
 
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return device.type
-
-
 def torch_version() -> str:
     return str(torch.__version__)
 

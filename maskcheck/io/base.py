@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,13 +66,6 @@ class ArraySource:
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         return self._flat[start:stop]
-
-
-def iter_row_blocks(source: TensorSource, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
-    rows, _ = rows_cols(source.shape)
-    for start in range(0, rows, block_rows):
-        stop = min(rows, start + block_rows)
-        yield start, source.read_rows(start, stop)
 
 
 @dataclass

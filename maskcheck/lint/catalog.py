@@ -83,12 +83,3 @@ CAUSAL_FLAG_WITH_MASK = register(RuleInfo(
     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad & causal)",
     "pass either attn_mask (with the causal part folded in) or is_causal=True, not both",
 ))
-
-SOURCE_RULES = (
-    LARGE_NEGATIVE_LITERAL,
-    INVERTED_MASK_ARGUMENT,
-    TRIU_DIAGONAL_ZERO,
-    FILL_AFTER_ZERO_FILL,
-    INPLACE_FILL_ON_GRAD,
-    CAUSAL_FLAG_WITH_MASK,
-)

@@ -353,6 +353,7 @@ def render_simulation(header: Text, keep_pic: RenderableType, scenarios: Sequenc
     if scenarios:
         parts.append(Text("the right mask for each API, run on every path", style="bold"))
         parts.append(Text(rule * min(width, 60), style="dim"))
+        parts.append(legend(unicode))
         for s in scenarios:
             parts += [render_scenario(s, width=width, unicode=unicode, color=color,
                                       batch=batch), Text("")]

@@ -165,10 +165,6 @@ def masked_text(fraction: float | None) -> str:
     return f"{pct:.1f}%" if pct % 1 else f"{pct:.0f}%"
 
 
-def shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
 def convention_text(report: TensorReport) -> Text:
     if report.convention == "not-a-mask":
         return Text("not-a-mask", style="dim")

@@ -275,17 +275,13 @@ def summed_mask_overflow(ctx: MaskContext) -> Iterator[Finding]:
             fix="mask = torch.where(mask_a_bool | mask_b_bool, torch.finfo(dtype).min, 0.0)")
 
 
-_LEGAL_NDIM = {"mha": (1, 2, 3), "hf": (2, 4), "eager": (4,), "flex": (2, 3, 4),
-               "sdpa": (1, 2, 3, 4, 5, 6)}
-
-
 @check("MC030")
 def shape_mismatch(ctx: MaskContext) -> Iterator[Finding]:
     api = ctx.declared_api
-    if not api or api not in _LEGAL_NDIM or ctx.inf.reading is None:
+    if not api or api not in cv.APIS or ctx.inf.reading is None:
         return
     nd = len(ctx.summary.shape)
-    if nd not in _LEGAL_NDIM[api]:
+    if nd not in cv.APIS[api].ranks:
         layouts = " or ".join("(" + ", ".join(lay) + ")" for lay in cv.APIS[api].layouts[:4])
         yield ctx.finding(
             "MC030", f"{nd}-D mask {tuple(ctx.summary.shape)}: {cv.APIS[api].title} takes "
