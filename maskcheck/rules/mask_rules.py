@@ -127,15 +127,18 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
 
 
 def _empty_row_effect(s: MaskSummary, inf: Inference) -> str:
-    if inf.value_kind == "additive" and s.finfo_min_count and s.neginf_count:
-        return ("finfo.min rows give uniform attention over the masked keys, and where two "
-                "masks summed to -inf the weight lands on arbitrary keys (MC023)")
-    if inf.value_kind == "additive" and s.finfo_min_count:
-        extra = (" in fp16 the kernels accumulate in fp32 and the row attends as if unmasked"
-                 if s.dtype == "float16" else "")
-        return "finfo.min rows give uniform attention over the masked keys" + (
-            f";{extra}" if extra else "")
-    return cv.empty_row_behaviour()
+    if inf.value_kind != "additive" or not s.finfo_min_count:
+        return cv.empty_row_behaviour()
+    if s.dtype == "float16":
+        # conventions.md §2.2: SDPA kernels accumulate in fp32, so score + (-65504) keeps the
+        # score differences and softmax renormalises them.
+        effect = ("in float16, finfo.min rows attend as if unmasked on SDPA (the kernels "
+                  "accumulate in fp32); in an eager softmax they are uniform")
+    else:
+        effect = "finfo.min rows give uniform attention over the masked keys"
+    if s.neginf_count:
+        effect += ", and where two masks summed to -inf the weight lands on arbitrary keys (MC023)"
+    return effect
 
 
 @check("MC010")
