@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from maskcheck.model import TensorReport
 
-__all__ = ["__version__", "analyze", "capture", "guard"]
+__all__ = ["__version__", "analyze", "capture", "guard", "probe"]
 
 
 def analyze(tensor: Any, api: str = "auto", name: str = "mask", **kwargs: Any) -> TensorReport:
@@ -31,3 +31,12 @@ def guard(*args: Any, **kwargs: Any) -> Any:
     from maskcheck.attention.guard import guard as _guard
 
     return _guard(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # `maskcheck.probe(...)`: the probe package is callable; imported on first use (no torch).
+    if name == "probe":
+        import importlib
+
+        return importlib.import_module("maskcheck.probe")
+    raise AttributeError(f"module 'maskcheck' has no attribute {name!r}")

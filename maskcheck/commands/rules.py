@@ -25,7 +25,8 @@ _SEVERITY_STYLE = {
 }
 # Below this width the table would fold every summary: list the rules instead.
 WIDE = 100
-_KIND_TITLE = {"mask": "mask tensors", "call": "attention calls", "source": "Python sources"}
+_KIND_TITLE = {"mask": "mask tensors", "call": "attention calls", "source": "Python sources",
+               "probe": "a module's outputs (maskcheck probe)"}
 
 
 def rule_json(rule: RuleInfo) -> dict[str, Any]:

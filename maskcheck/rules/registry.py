@@ -12,7 +12,7 @@ from typing import Literal
 
 from maskcheck.model import Severity
 
-RuleKind = Literal["mask", "call", "source"]
+RuleKind = Literal["mask", "call", "source", "probe"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ _RULE_MODULES = (
     "maskcheck.rules.catalog_mask",
     "maskcheck.rules.catalog_calls",
     "maskcheck.lint.catalog",
+    "maskcheck.probe.catalog",
 )
 _loaded = False
 
