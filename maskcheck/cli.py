@@ -22,7 +22,7 @@ from maskcheck.errors import MaskcheckError
 if TYPE_CHECKING:
     import typer
 
-_COMMAND_MODULES = ("inspect", "check", "simulate", "replay", "rules")
+_COMMAND_MODULES = ("inspect", "check", "simulate", "replay", "probe", "rules")
 # Command name -> the module that registers it (start-up imports only what runs).
 _MODULE_OF = {name: name for name in _COMMAND_MODULES} | {"explain": "rules"}
 

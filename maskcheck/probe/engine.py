@@ -113,6 +113,7 @@ class Prober:
         result = Sweep(base, scale, own)
         gen = torch.Generator().manual_seed(self.seed + 2)
         fresh = self.target.fresh(content, gen)
+        unmeasurable = (~torch.isfinite(base.out)).any(-1)
         for r in range(n):
             for k in positions:
                 changed = content.clone()
@@ -122,7 +123,8 @@ class Prober:
                     result.errors.append(run.error or "")
                     continue
                 rel = relative_change(base.out, run.out, scale)
-                own[r, :, k] = rel[r]
+                # An output that is already NaN/inf cannot move: not measured (MC074's).
+                own[r, :, k] = rel[r].masked_fill(unmeasurable[r], float("nan"))
                 others = rel.masked_fill(~keep, 0.0)
                 others[r] = 0.0
                 for r2, q in (others > self.tolerance).nonzero().tolist():
