@@ -32,8 +32,9 @@ class Run:
 class Sweep:
     """One base batch and, per (row, perturbed position), the relative change of every output.
 
-    own[r, q, k]: change of row r's output q when row r's position k changed (NaN = k not
-    perturbed or the pass failed); cross: (row, query, other row, key, change) for every real
+    own[r, q, k]: change of row r's output q when row r's position k changed, relative to that
+    output's own magnitude (NaN = k not perturbed, the pass failed, or the output was already
+    NaN/inf); cross: (row, query, other row, key, change) for every real
     output that moved when another row's position changed.
     """
 
@@ -110,6 +111,10 @@ class Prober:
         if base.out is None:
             return Sweep(base, 1.0, own, errors=[base.error or ""])
         scale = output_scale(base.out, keep)
+        # Each output against its own magnitude: a masked key changes nothing, bit for bit,
+        # so no rounding noise enters here, and one huge output (the seed's -1e9 * x) does not
+        # hide the others' dependencies.
+        rows = row_scale(base.out, scale)
         result = Sweep(base, scale, own)
         gen = torch.Generator().manual_seed(self.seed + 2)
         fresh = self.target.fresh(content, gen)
@@ -122,7 +127,7 @@ class Prober:
                 if run.out is None:
                     result.errors.append(run.error or "")
                     continue
-                rel = relative_change(base.out, run.out, scale)
+                rel = relative_change(base.out, run.out, rows)
                 # An output that is already NaN/inf cannot move: not measured (MC074's).
                 own[r, :, k] = rel[r].masked_fill(unmeasurable[r], float("nan"))
                 others = rel.masked_fill(~keep, 0.0)
@@ -142,8 +147,19 @@ def output_scale(out: torch.Tensor, keep: torch.Tensor) -> float:
     return top if top > 0 else 1.0
 
 
-def relative_change(ref: torch.Tensor, other: torch.Tensor, scale: float) -> torch.Tensor:
-    """Per position (N, L): max over features of |ref - other| / scale. The same NaN or inf in
+def row_scale(out: torch.Tensor, fallback: float) -> torch.Tensor:
+    """(N, L): the largest finite |value| of each output; `fallback` where that is 0."""
+    import torch
+
+    finite = torch.where(torch.isfinite(out), out.abs(), torch.zeros_like(out))
+    top = finite.amax(-1)
+    return torch.where(top > 0, top, torch.full_like(top, fallback))
+
+
+def relative_change(ref: torch.Tensor, other: torch.Tensor,
+                    scale: float | torch.Tensor) -> torch.Tensor:
+    """Per position (N, L): max over features of |ref - other| / scale (a number, or one per
+    position). The same NaN or inf in
     both is no change; a value that became (or stopped being) NaN/inf is an infinite one."""
     import torch
 

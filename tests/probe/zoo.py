@@ -42,8 +42,8 @@ class SdpaAttention(nn.Module):
 
 
 class EagerAttention(nn.Module):
-    """Hand-written attention: scores, masked_fill or an additive mask, softmax. `layers`
-    stacks it (with a residual), so NaN at a pad position of one layer reaches the next."""
+    """Hand-written attention: scores, masked_fill or an additive mask, softmax. `layers` > 1
+    stacks it with residuals, so NaN at a pad position of one layer reaches the next."""
 
     embed_dim = E
 
@@ -55,6 +55,8 @@ class EagerAttention(nn.Module):
         self.additive = additive_fp32_minus_1e9
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if len(self.qkv) == 1:
+            return self._attend(self.qkv[0], x, keep)
         for qkv in self.qkv:
             x = x + self._attend(qkv, x, keep)
         return x
@@ -135,14 +137,14 @@ class SeedMaskTimesScores(nn.Module):
 
     embed_dim = E
 
-    def __init__(self, seq: int = 8) -> None:
+    def __init__(self, most: int = 16) -> None:
         super().__init__()
         self.qkv = nn.Linear(E, 3 * E)
-        self.register_buffer("mask", torch.ones(seq, seq))
+        self.register_buffer("mask", torch.ones(most, most))
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         n, length, _ = x.shape
-        self.mask.masked_fill_(torch.triu(torch.ones(length, length), 1).bool(), -1e9)
+        self.mask.masked_fill_(torch.triu(torch.ones_like(self.mask), 1).bool(), -1e9)
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         scores = (q @ k.transpose(-2, -1)) * self.mask[:length, :length]
         scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
