@@ -8,8 +8,6 @@ from __future__ import annotations
 from maskcheck.model import Severity
 from maskcheck.rules.registry import RuleInfo, register
 
-_PROBE = "maskcheck probe model.py:make_attention --causal"
-
 register(RuleInfo(
     "MC070", "future-leak", Severity.ERROR, "probe",
     "Under --causal, an output depends on a later real position.",

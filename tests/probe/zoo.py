@@ -230,3 +230,7 @@ def plain_function() -> object:
         return x + pooled.expand_as(x)
 
     return f
+
+
+def returns_a_number() -> object:
+    return 42
