@@ -127,7 +127,9 @@ class SeedBufferMask(nn.Module):
         self.register_buffer("mask", torch.ones(3, 3))
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        self.mask.masked_fill_(torch.triu(torch.ones(3, 3), 1).bool(), -1e9)
+        # The seed's code as published (its -1e9 is one of the bugs under test).
+        triu = torch.triu(torch.ones(3, 3), 1).bool()
+        self.mask.masked_fill_(triu, -1e9)  # maskcheck: ignore[MC501]
         return x * self.mask
 
 
@@ -143,8 +145,9 @@ class SeedMaskTimesScores(nn.Module):
         self.register_buffer("mask", torch.ones(most, most))
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        n, length, _ = x.shape
-        self.mask.masked_fill_(torch.triu(torch.ones_like(self.mask), 1).bool(), -1e9)
+        length = x.shape[1]
+        triu = torch.triu(torch.ones_like(self.mask), 1).bool()
+        self.mask.masked_fill_(triu, -1e9)  # maskcheck: ignore[MC501]
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         scores = (q @ k.transpose(-2, -1)) * self.mask[:length, :length]
         scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
