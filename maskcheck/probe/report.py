@@ -85,7 +85,8 @@ class ProbeReport:
     findings: list[Finding] = field(default_factory=list)
     dependency: Dependency | None = None
     forward_passes: int = 0
-    seconds: float = 0.0
+    forward_seconds: float = 0.0  # in the target's forward passes
+    seconds: float = 0.0  # in all, building the target included
     torch_version: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -118,6 +119,7 @@ class ProbeReport:
                 "padding_sides": list(self.sides),
                 "tolerance": self.tolerance,
                 "forward_passes": self.forward_passes,
+                "forward_seconds": round(self.forward_seconds, 4),
                 "checks": [c.to_json() for c in self.checks],
                 "findings": [f.to_json() for f in self.findings],
                 "dependency": None if self.dependency is None else self.dependency.to_json(),

@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ class Target:
     dtype: str
     device: str
     calls: int = 0
+    seconds: float = 0.0  # spent in forward passes
     notes: list[str] = field(default_factory=list)
 
     def random(self, shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
@@ -68,6 +70,7 @@ class Target:
         self.calls += 1
         import torch
 
+        started = time.perf_counter()
         try:
             with torch.no_grad():
                 out = self.forward(content, keep)
@@ -75,6 +78,8 @@ class Target:
             raise
         except Exception as e:  # whatever the user's code raises is that batch's result
             raise TargetCallError(one_line(e)) from e
+        finally:
+            self.seconds += time.perf_counter() - started
         return per_position(out, keep.shape[0], keep.shape[1])
 
 
@@ -188,12 +193,15 @@ class HfTarget(Target):
         ids = content[keep][None]
         positions = torch.cat([torch.arange(int(n)) for n in keep.sum(1).tolist()])[None]
         self.calls += 1
+        started = time.perf_counter()
         try:
             with torch.no_grad():
                 out = self.model(input_ids=ids.to(self.device),
                                  position_ids=positions.to(self.device), use_cache=False)
         except Exception as e:
             raise TargetCallError(one_line(e)) from e
+        finally:
+            self.seconds += time.perf_counter() - started
         return per_position(out, 1, ids.shape[1])
 
     def implementation(self) -> str:

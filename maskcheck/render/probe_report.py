@@ -59,8 +59,9 @@ def header(report: ProbeReport) -> Text:
                 "also each sequence alone, more padding, an all-padding sequence, length 1")
     for note in report.notes:
         text.append(f"\n{note}", style="dim")
-    text.append(f"\n{report.forward_passes} forward passes in {report.seconds:.2f} s; "
-                f"a change counts above {report.tolerance:g} of the output scale", style="dim")
+    text.append(f"\n{report.forward_passes} forward passes in {report.forward_seconds:.2f} s "
+                f"({report.seconds:.2f} s in all); a change counts above {report.tolerance:g} "
+                "of the output scale", style="dim")
     return text
 
 
@@ -101,8 +102,7 @@ def dependency_picture(dep: Dependency, *, width: int, unicode: bool = True) -> 
     both = 2 * size * cell + label_w + 6 <= width
     title = Text()
     title.append(f"dependency of sequence {dep.sequence} ({dep.side} padding)", style="bold")
-    title.append("  rows = queries, columns = keys; measured by changing one key at a time",
-                 style="dim")
+    title.append("  rows = queries, columns = keys", style="dim")
     grid_w = size * cell
     heads = Text(" " * (label_w + 2), style="dim")
     if both:
@@ -170,8 +170,8 @@ def _legend(dep: Dependency, g: DependencyGlyphs, indent: int) -> Text:
     text = Text(" " * (indent + 2))
     for glyph, style, words in (
         (g.depends, "green", "depends"), (g.weak, "green", "weakly"),
-        (g.none, "dim", "no effect"), (g.leak, "bold red", "leak (not intended)"),
-        (g.blind, "bold yellow", "blind spot (intended, no effect)"),
+        (g.none, "dim", "no effect"), (g.leak, "bold red", "leak"),
+        (g.blind, "bold yellow", "blind spot"),
     ):
         text.append(glyph, style=style)
         text.append(f" {words}  ", style="dim")
