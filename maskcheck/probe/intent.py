@@ -11,13 +11,15 @@ from typing import Literal
 
 IntentKind = Literal["causal", "bidirectional"]
 
-# "Changes" = beyond this fraction of the output scale (the largest |value| among the real
-# outputs of the reference run). About 20 half-precision ulps; 1e-4 sits far above float32
-# rounding when only the batch make-up changes and far below any real dependency.
+# "Changes" = beyond this fraction of the output scale (see the README's exact rule). 1e-4
+# sits far above float32 rounding when only the batch make-up changes and far below any real
+# dependency; 1e-2 is about 10 float16 ulps (eps 2**-10). bfloat16 has 8 bits of mantissa
+# (eps 2**-7): a stock T5 encoder's eager and sdpa outputs differ by 0.0101 of the scale in
+# bfloat16 on torch 2.13, so 1e-2 would be a false alarm; 3e-2 is about 4 bfloat16 ulps.
 RELATIVE_TOLERANCE: dict[str, float] = {
     "float32": 1e-4,
     "float16": 1e-2,
-    "bfloat16": 1e-2,
+    "bfloat16": 3e-2,
 }
 PROBE_DTYPES: tuple[str, ...] = tuple(RELATIVE_TOLERANCE)
 # "No influence at all" (a blind spot) = at most this fraction of the tolerance: a key the

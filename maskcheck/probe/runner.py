@@ -18,7 +18,13 @@ from maskcheck.errors import UsageError
 from maskcheck.model import Finding
 from maskcheck.probe import checks
 from maskcheck.probe.engine import Prober, Run, Sweep
-from maskcheck.probe.intent import PROBE_DTYPES, Intent, blind_threshold, tolerance
+from maskcheck.probe.intent import (
+    PROBE_DTYPES,
+    Intent,
+    IntentKind,
+    blind_threshold,
+    tolerance,
+)
 from maskcheck.probe.layout import (
     SIDES,
     Layout,
@@ -87,8 +93,9 @@ def probe(target: Any, intent: str = "causal", *, window: int | None = None, seq
 
     if intent not in ("causal", "bidirectional"):
         raise UsageError(f"intent is causal or bidirectional, not {intent!r}")
+    kind: IntentKind = "causal" if intent == "causal" else "bidirectional"
     selection = Selection.build(list(select or []), list(ignore or []))
-    options = ProbeOptions(Intent(intent, window), seq=seq, batch=batch, pad=pad,  # type: ignore[arg-type]
+    options = ProbeOptions(Intent(kind, window), seq=seq, batch=batch, pad=pad,
                            padding_side=padding_side, dtype=dtype, device=device, seed=seed,
                            positions=positions,
                            codes=frozenset(c for c in ALL_CODES if selection.allows(c)))
@@ -174,11 +181,12 @@ class _ProbeRun:
             sweep = sweeps.get(side)
             if sweep is not None:
                 self._sweep_checks(sweep, side, tol, blind)
-            if o.batch > 1 or side in sweeps:
+            if o.batch == 1:
+                self.add(skipped("batch-isolation", "MC073", side,
+                                 "a batch of one has no other sequence"))
+            else:
                 self.add(checks.check_batch_isolation(sweep, singles, empties.get(side),
-                                                      side=side, tolerance=tol)
-                         if o.batch > 1 else skipped("batch-isolation", "MC073", side,
-                                                     "a batch of one has no other sequence"))
+                                                      side=side, tolerance=tol))
         if o.pad > 0:
             self.add(checks.check_padding([bases[s] for s in o.sides] + extra, singles,
                                           tolerance=tol))
@@ -218,10 +226,10 @@ class _ProbeRun:
                                            name="window", side=side, tolerance=tol))
         self.add(checks.check_blind_spots(sweep, intent, side=side, tolerance=tol,
                                           blind=blind))
-        if self.options.pad > 0 or self.options.batch > 1:
-            self.add(checks.check_pad_content(sweep, side=side, tolerance=tol)
-                     if self.options.pad > 0 else
-                     skipped("pad-content", "MC071", side, "--pad 0: no pad positions"))
+        if self.options.pad > 0:
+            self.add(checks.check_pad_content(sweep, side=side, tolerance=tol))
+        else:
+            self.add(skipped("pad-content", "MC071", side, "--pad 0: no pad positions"))
 
     def _hf_checks(self, target: HfTarget, bases: dict[Side, Run], tol: float) -> None:
         original = target.implementation()

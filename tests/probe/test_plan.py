@@ -57,4 +57,5 @@ def test_intent() -> None:
 
 def test_tolerance_is_dtype_aware() -> None:
     assert tolerance("float32") == 1e-4 and tolerance("float16") == 1e-2
+    assert tolerance("bfloat16") == 3e-2
     assert blind_threshold("float32") == pytest.approx(1e-6)
