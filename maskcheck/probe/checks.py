@@ -25,18 +25,24 @@ class Violation:
 
 
 def settle(check: CheckResult, violations: Sequence[Violation], *, tolerance: float,
-           errors: Iterable[str] = (), judged: Iterable[float] = (), what: str) -> CheckResult:
-    """Status, where, max_diff and message from the violations and the failed passes."""
+           errors: Iterable[str] = (), judged: Iterable[float] = (), what: str,
+           blind: float | None = None) -> CheckResult:
+    """Status, where, max_diff and message from the violations and the failed passes.
+    With `blind`, violations are outputs that did not move (the message says so)."""
     errors = [e for e in errors if e]
     values = [v.change for v in violations] or list(judged)
     check.max_diff = max(values) if values else None
     check.count = len(violations)
     if violations:
-        worst = max(violations, key=lambda v: v.change)
+        worst = (min if blind is not None else max)(violations, key=lambda v: v.change)
         check.status = "fail"
         check.where = [v.where for v in violations[:MAX_WHERE]]
-        size = "became NaN/inf" if math.isinf(worst.change) else (
-            f"relative change {worst.change:.3g} > {tolerance:g}")
+        if blind is not None:
+            size = f"change {worst.change:.3g} <= {blind:g}"
+        elif math.isinf(worst.change):
+            size = "became NaN/inf"
+        else:
+            size = f"relative change {worst.change:.3g} > {tolerance:g}"
         more = f"; {len(violations)} in all" if len(violations) > 1 else ""
         check.message = f"{worst.text} ({size}){more}"
     elif errors:
@@ -99,13 +105,9 @@ def check_blind_spots(sweep: Sweep, intent: Intent, *, side: str, tolerance: flo
                                    f"changed, but the intent ({intent.describe()}) says it "
                                    "may depend on it"))
     check = settle(CheckResult("blind-spots", "MC075", side), found, tolerance=tolerance,
-                   errors=sweep.errors,
+                   errors=sweep.errors, blind=blind,
                    what="every real position the intent allows influences its outputs")
     check.max_diff = None if math.isinf(weakest) else weakest
-    if found:  # the message says "no change", not "change > tolerance"
-        check.message = check.message.split(" (relative change")[0] + (
-            f" (change {min(v.change for v in found):.3g} <= {blind:g})"
-            + (f"; {len(found)} pairs in all" if len(found) > 1 else ""))
     return check
 
 

@@ -146,3 +146,19 @@ def test_rules_and_explain_know_the_probe_codes(capsys: pytest.CaptureFixture[st
     assert main(["explain", "MC070"]) == 0
     text = capsys.readouterr().out
     assert "future-leak (MC070)" in text and "maskcheck probe" in text
+
+
+def test_maskcheck_probe_is_lazy_and_callable() -> None:
+    code = ("import sys, maskcheck\n"
+            "from maskcheck.rules.registry import all_rules\n"
+            "codes = [r.code for r in all_rules() if r.kind == 'probe']\n"
+            "print(callable(maskcheck.probe), 'torch' in sys.modules, len(codes))\n")
+    r = run_cli(code=code)
+    assert r.stdout.split() == ["True", "False", "8"], r.stderr
+
+
+def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["probe", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--causal", "--bidirectional", "--window", "--positions", "--padding-side"):
+        assert option in out
