@@ -45,7 +45,7 @@ register(RuleInfo(
     "The amount or side of padding, or running a sequence alone without padding, changes its "
     "real outputs.",
     "A sequence must give the same outputs whether it is padded on the left or on the right, "
-    "by two tokens or by ten, or run alone. Hugging Face tests every model for this "
+    "by two tokens or by ten, or run alone. Hugging Face tests its models for this "
     "(left-padding compatibility, batching equivalence), because position ids that count pads, "
     "absolute position embeddings indexed by layout, or pad tokens that leak all make batched "
     "generation differ from single-sequence generation. The probe runs the same sequences "
@@ -74,9 +74,10 @@ register(RuleInfo(
     "NaN/inf in a real position's output in any probe batch (one all-padding sequence, a batch "
     "of one, length 1, or any other).",
     "The seed's advice: test an all-padding sequence, a batch of one and a sequence of length "
-    "1. A fully-masked query row gives NaN on some paths (softmax of all -inf), a -1e9 fill "
-    "becomes -inf in float16, and NaN at a pad position of one layer reaches the real tokens of "
-    "the next through 0 * NaN in the value product (pytorch/pytorch#41508). The probe runs "
+    "1. A fully-masked query row gives NaN on some paths (softmax of all -inf, "
+    "pytorch/pytorch#41508), a -1e9 fill becomes -inf in float16, and NaN at a pad position of "
+    "one layer reaches the real tokens of the next through 0 * NaN in the value product "
+    "(pytorch/pytorch#101967). The probe runs "
     "those batches and checks every real output for NaN and inf.",
     "scores = scores.masked_fill(~keep[:, None, :], float('-inf'))\n"
     "attn = scores.softmax(-1)         # a query with no key: NaN row",
@@ -103,10 +104,11 @@ register(RuleInfo(
     "MC076", "impl-mismatch", Severity.ERROR, "probe",
     "hf targets: eager / sdpa / flex (or padded / packed) disagree on real tokens.",
     "Transformers builds a different mask for each attention implementation, and packed "
-    "(padding-free) batches take yet another route through position ids. Each has had its own "
-    "bugs (left padding under SDPA, sliding windows under flex, packed sequences attending "
-    "across boundaries). The probe runs the same batch with each implementation that runs on "
-    "the device and compares the real tokens' outputs.",
+    "(padding-free) batches take yet another route, through position ids. A mistake in one "
+    "route shows as a disagreement with the others on the same tokens. The probe runs the same "
+    "padded batch with eager and sdpa attention, and (causal models on transformers' "
+    "masking_utils) the same sequences packed into one row, and compares the real tokens' "
+    "outputs.",
     "model = AutoModel.from_pretrained(path, attn_implementation='sdpa')\n"
     "# outputs differ from attn_implementation='eager' on the same padded batch",
     "maskcheck probe hf:path/to/model --causal     # names the sequences and tokens that differ",
