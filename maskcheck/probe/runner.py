@@ -1,7 +1,8 @@
 """`probe(target, intent=...)`: plan the probe batches, run them, run the checks, report.
 
 Forward passes, with N = batch, L = seq, P = positions perturbed per sequence (L by default)
-and S = padding sides (2 for "both"): S * (1 + N * P) for the sweep (base batch plus one pass
+and S = padding sides (2 for "both"): 2 for the first call (run twice: the target must be
+deterministic), S * (1 + N * P) for the sweep (base batch plus one pass
 per changed position), N for the sequences alone, S for the extra-padding batches, S for the
 batches with an all-padding sequence, 1 for length 1; hf targets add 2 * S for eager/sdpa and
 1 for the packed batch. The sweep dominates: it grows as N * L, and `positions` caps it.
@@ -17,7 +18,14 @@ from typing import Any
 from maskcheck.errors import UsageError
 from maskcheck.model import Finding
 from maskcheck.probe import checks
-from maskcheck.probe.engine import Prober, Run, Sweep
+from maskcheck.probe.engine import (
+    Prober,
+    Run,
+    Sweep,
+    output_scale,
+    relative_change,
+    row_scale,
+)
 from maskcheck.probe.intent import (
     PROBE_DTYPES,
     Intent,
@@ -201,13 +209,22 @@ class _ProbeRun:
                                                 tol, blind)
 
     def _first_call(self, layout: Layout) -> None:
-        """The requested batch must run: otherwise there is nothing to probe (exit 2)."""
+        """The requested batch must run, and give the same outputs twice: otherwise there is
+        nothing to probe (exit 2). A target with randomness left on (dropout outside eval,
+        sampled noise) would make every perturbation look like a leak."""
         content, keep = self.prober.assemble(layout)
         try:
-            self.target(content, keep)
+            first = self.target(content, keep)
+            second = self.target(content, keep)
         except TargetCallError as e:
             raise TargetError(f"{self.report.target}: fails on the first probe batch "
                               f"({layout.describe()}): {e}") from None
+        change = relative_change(first, second, row_scale(first, output_scale(first, keep)))
+        worst = float(change.masked_fill(~keep, 0.0).max())
+        if worst > blind_threshold(self.options.dtype):
+            raise TargetError(f"{self.report.target}: not deterministic: the same batch gives "
+                              f"outputs {worst:.3g} apart on two calls (dropout or sampling "
+                              "left on?); the probe needs the same outputs for the same input")
 
     def _alone(self) -> dict[int, Run]:
         lengths = base_layout(self.options.batch, self.options.seq, self.options.pad,

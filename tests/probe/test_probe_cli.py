@@ -94,6 +94,7 @@ def test_without_torch_one_line_exit_2() -> None:
     ("no-colon-here", "a target is file.py:FACTORY"),
     (f"{ZOO}:E", "E is not callable"),
     (f"{ZOO}:returns_a_number", "the factory returned int"),
+    (f"{ZOO}:noisy", "not deterministic: the same batch gives outputs"),
 ])
 def test_unusable_target_is_one_line_exit_2(target: str, problem: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:

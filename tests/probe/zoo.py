@@ -237,3 +237,11 @@ def plain_function() -> object:
 
 def returns_a_number() -> object:
     return 42
+
+
+def noisy() -> nn.Module:
+    class Noisy(SdpaAttention):
+        def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            return super().forward(x, keep) + 1e-3 * torch.randn_like(x)
+
+    return Noisy(causal=True)
