@@ -243,10 +243,12 @@ class _ProbeRun:
                                            name="window", side=side, tolerance=tol))
         self.add(checks.check_blind_spots(sweep, intent, side=side, tolerance=tol,
                                           blind=blind))
-        if self.options.pad > 0:
+        layout = sweep.base.layout
+        if any(layout.padded(r) for r in range(layout.batch)):
             self.add(checks.check_pad_content(sweep, side=side, tolerance=tol))
         else:
-            self.add(skipped("pad-content", "MC071", side, "--pad 0: no pad positions"))
+            self.add(skipped("pad-content", "MC071", side,
+                             "no pad positions in this batch (--pad 0 or --batch 1)"))
 
     def _hf_checks(self, target: HfTarget, bases: dict[Side, Run], tol: float) -> None:
         original = target.implementation()

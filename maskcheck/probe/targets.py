@@ -346,8 +346,11 @@ def _hf_model(label: str, name: str, transformers: Any) -> tuple[Any, str]:
             config = config_cls(**{k: v for k, v in TINY_CONFIG.items() if k in accepted})
             torch.manual_seed(0)
             model = transformers.AutoModel.from_config(config)
+            # Read back, not assumed: a config class may spell its sizes in other names.
+            layers = getattr(config, "num_hidden_layers", "?")
+            hidden = getattr(config, "hidden_size", "?")
             how = (f"tiny random-init {type(model).__name__} from {config_cls.__name__} "
-                   "(2 layers, hidden 32)")
+                   f"({layers} layers, hidden {hidden})")
     except Exception as e:
         raise TargetError(f"{label}: cannot build the model: {one_line(e)}") from None
     if getattr(config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):

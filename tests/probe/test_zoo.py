@@ -133,3 +133,11 @@ def test_a_target_that_raises_on_a_boundary_batch_errors_that_check_only() -> No
     assert "length 1" in boundaries.message and "sequence too short" in boundaries.message
     assert all(c.status == "pass" for c in report.checks if c.name != "boundaries")
     assert report.findings == []
+
+
+def test_a_batch_without_padding_skips_what_needs_pads() -> None:
+    report = run("sdpa_causal", "causal", None, "float32", batch=1, padding_side="right")
+    status = {c.name: (c.status, c.message) for c in report.checks}
+    assert status["pad-content"][0] == "skipped" and "--batch 1" in status["pad-content"][1]
+    assert status["batch-isolation"][0] == "skipped"
+    assert status["causality"][0] == "pass" and report.findings == []
