@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from maskcheck import __version__
-from maskcheck.errors import MaskcheckError
+from maskcheck.errors import MaskcheckError, UsageError
 
 if TYPE_CHECKING:
     import typer
@@ -38,6 +38,7 @@ def build_app(args: Sequence[str] = ()) -> typer.Typer:
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        context_settings=HELP_SETTINGS,
     )
 
     def version_callback(value: bool) -> None:
@@ -59,7 +60,25 @@ def build_app(args: Sequence[str] = ()) -> typer.Typer:
     wanted = _MODULE_OF.get(command or "")
     for name in (wanted,) if wanted else _COMMAND_MODULES:
         importlib.import_module(f"maskcheck.commands.{name}").register(app)
+    _uniform_help(app)
     return app
+
+
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def _uniform_help(app: typer.Typer) -> None:
+    """Every command, whoever registered it: -h, metavars in help, its full summary line."""
+    from typer.core import TyperCommand
+
+    from maskcheck.commands.help_format import MetavarCommand
+
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = MetavarCommand
+        info.context_settings = {**HELP_SETTINGS, **(info.context_settings or {})}
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            info.short_help = info.callback.__doc__.strip().splitlines()[0]
 
 
 def _click_exceptions() -> ModuleType:
@@ -79,7 +98,10 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         return run()
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except MaskcheckError as e:  # UsageError and FileProblem included: exit 2
+    except UsageError as e:
+        print_usage_error(str(e), e.command)
+        return 2
+    except MaskcheckError as e:  # FileProblem included: exit 2
         print(f"maskcheck: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -104,8 +126,17 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         return 3
 
 
+def print_usage_error(message: str, command: str | None) -> None:
+    """The one style of every argument error, whichever parser found it (Typer or argparse)."""
+    print(f"maskcheck: error: {message}", file=sys.stderr)
+    where = f"maskcheck {command}" if command else "maskcheck"
+    print(f"Run '{where} -h' for help.", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        args = ["--help"]  # bare `maskcheck`: the help, exit 0 (asking is not an error)
     if args[:1] == ["check"] and not {"--help", "-h"} & set(args):
         # The pre-commit path: Typer's import alone costs more than the whole check of a
         # file, so `check` parses its options with argparse (same options, same exit codes;
@@ -130,6 +161,11 @@ def _typer_exception(e: Exception) -> int | None:
     aborts = tuple(c for c in (typer.Abort, getattr(ce, "Abort", None)) if isinstance(c, type))
     if isinstance(e, exits):
         return int(getattr(e, "exit_code", 0))
+    if isinstance(e, ce.UsageError):
+        ctx = getattr(e, "ctx", None)
+        path = ctx.command_path if ctx is not None else "maskcheck"
+        print_usage_error(e.format_message(), path.partition(" ")[2] or None)
+        return 2
     if isinstance(e, ce.ClickException):
         e.show()
         return 2

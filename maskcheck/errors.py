@@ -8,7 +8,11 @@ class MaskcheckError(Exception):
 
 
 class UsageError(MaskcheckError):
-    """Bad options or arguments: exit 2."""
+    """Bad options or arguments: exit 2. `command` names where `-h` helps (None: the tool)."""
+
+    def __init__(self, message: str, command: str | None = None) -> None:
+        super().__init__(message)
+        self.command = command
 
 
 class FileProblem(MaskcheckError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -174,6 +175,14 @@ def analyze_file(
 Progress = Callable[[int, int], None]
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: the bound for --jobs (more workers only cost memory)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -208,7 +217,7 @@ def analyze_paths(
     reports: dict[str, FileReport] = {p: FileReport(path=p, error=why) for p, why in problems}
     sizes = [_size(f) for f in files]
     total = sum(sizes)
-    workers = min(jobs or os.cpu_count() or 1, len(files))
+    workers = min(usable_cpus() if jobs is None else min(jobs, usable_cpus()), len(files))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection):
@@ -216,7 +225,13 @@ def analyze_paths(
             done = 0
             for fut in as_completed(futures):
                 f, size = futures[fut]
-                reports[f] = fut.result()
+                try:
+                    reports[f] = fut.result()
+                except BrokenProcessPool:
+                    # A worker was killed (out of memory, a signal): the files it had are
+                    # one error line each, the reports already received stay.
+                    reports[f] = FileReport(path=f, error="not analysed: a worker process "
+                                                          "died (killed by the system?)")
                 done += size
                 if progress is not None:
                     progress(done, total)

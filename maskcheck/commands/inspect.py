@@ -14,7 +14,9 @@ from maskcheck.model import Report
 from maskcheck.selection import Selection, parse_severity
 
 _OPT = typer.Option
-PathsArg = Annotated[list[Path], typer.Argument(
+# str, not Path: Typer's Path type refuses an unreadable file as a usage error before any
+# file is inspected; the loaders report it as one line and check the other files.
+PathsArg = Annotated[list[str], typer.Argument(
     metavar="PATH", help="Mask files (.safetensors .pt .pth .bin .npy .npz) or directories.")]
 KeyOpt = Annotated[list[str], _OPT(
     "--key", "-k", metavar="GLOB", help="Only tensors whose name matches (repeatable).")]
@@ -53,7 +55,7 @@ def inspect_command(
     severity = parse_severity(fail_on)
     selection = Selection.build(select, ignore)
     report = _analyze(
-        [str(p) for p in paths],
+        list(paths),
         keys=list(key) or None,
         api=parse_api(api),
         query_dtype=parse_float_dtype(dtype),

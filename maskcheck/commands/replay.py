@@ -32,7 +32,8 @@ def emit_text(renderable: Any, *, width: int | None, svg: Path | None, html: Pat
 
 
 def replay_command(
-    path: Path = typer.Argument(..., help="A capture file (maskcheck.capture) or a mask file."),  # noqa: B008
+    path: str = typer.Argument(..., metavar="PATH",
+                               help="A capture file (maskcheck.capture) or a mask file."),
     device: str = typer.Option("cpu", "--device", help="cpu|cuda|mps|auto."),
     dtype: str | None = typer.Option(None, "--dtype", help="Cast q/k/v and float masks to this dtype."),  # noqa: E501
     api: str = typer.Option("auto", "--api", help="auto|sdpa|mha|hf|eager|manual (mask files: how to read the mask)."),  # noqa: E501
