@@ -126,11 +126,16 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         return 3
 
 
-def print_usage_error(message: str, command: str | None) -> None:
-    """The one style of every argument error, whichever parser found it (Typer or argparse)."""
+def print_usage_error(message: str, help_for: str | None) -> None:
+    """The one style of every argument error, whichever parser found it (Typer or argparse).
+
+    `help_for`: the command whose `-h` lists the options ("" for the tool's own); None for a
+    bad value of an option, whose message already says what the option takes.
+    """
     print(f"maskcheck: error: {message}", file=sys.stderr)
-    where = f"maskcheck {command}" if command else "maskcheck"
-    print(f"Run '{where} -h' for help.", file=sys.stderr)
+    if help_for is not None:
+        where = f"maskcheck {help_for}" if help_for else "maskcheck"
+        print(f"Run '{where} -h' for help.", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,7 +169,7 @@ def _typer_exception(e: Exception) -> int | None:
     if isinstance(e, ce.UsageError):
         ctx = getattr(e, "ctx", None)
         path = ctx.command_path if ctx is not None else "maskcheck"
-        print_usage_error(e.format_message(), path.partition(" ")[2] or None)
+        print_usage_error(e.format_message(), path.partition(" ")[2])
         return 2
     if isinstance(e, ce.ClickException):
         e.show()

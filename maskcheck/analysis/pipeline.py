@@ -13,7 +13,7 @@ from maskcheck.analysis.combine import padding_with_attn_mask
 from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
 from maskcheck.conventions import CONVENTIONS
-from maskcheck.errors import FileProblem
+from maskcheck.errors import FileProblem, UsageError
 from maskcheck.io.base import TensorSource, element_size, rows_cols
 from maskcheck.model import FileReport, Report, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
@@ -246,4 +246,18 @@ def analyze_paths(
                                       selection=selection, progress=on_bytes)
             base += size
     order = [p for p, _ in problems] + files
-    return Report(files=[reports[p] for p in order])
+    return Report(files=_drop_unmatched([reports[p] for p in order], keys))
+
+
+def _drop_unmatched(files: list[FileReport], keys: Sequence[str] | None) -> list[FileReport]:
+    """Files --key filtered out are left out; --key matching nothing anywhere is a usage error."""
+    from maskcheck.io.sources import NO_MATCH
+
+    if keys is None:
+        return files
+    unmatched = [f for f in files if f.error is not None and f.error.startswith(NO_MATCH)]
+    if unmatched and len(unmatched) == len(files):
+        first = unmatched[0]
+        also = f"--key matches no tensor in any of the {len(files)} files; " if files[1:] else ""
+        raise UsageError(f"{also}{first.path}: {first.error}")
+    return [f for f in files if f not in unmatched]

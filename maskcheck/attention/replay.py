@@ -74,6 +74,15 @@ def mask_reports(call: AttentionCall, selection: Selection | None) -> list[Tenso
     return out
 
 
+def _inspect_reports(path: str, api: str, query_dtype: str, selection: Selection | None,
+                     ) -> list[TensorReport]:
+    from maskcheck.analysis import analyze_file
+
+    inspect_api = {"manual": "eager"}.get(api, api)
+    report = analyze_file(path, api=inspect_api, query_dtype=query_dtype, selection=selection)
+    return report.tensors
+
+
 def to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
     dtype = str(t.dtype).removeprefix("torch.")
     t = t.detach().to("cpu")
@@ -106,6 +115,10 @@ def replay_file(path: str, *, device: str = "cpu", dtype: str | None = None,
     call, meta, generated = load_call(path, api=api, heads=heads, dim=dim)
     call = call.to(dev, want)
     result = run_call(call, path, selection=selection, metadata=meta)
+    if generated:
+        # A mask file: its masks are judged exactly as `inspect --api` judges them (same
+        # names, same reading), not as the renamed tensor the generated call passes on.
+        result.report.tensors = _inspect_reports(path, api, call.dtype, selection)
     result.generated = generated
     result.info["generated"] = generated
     return result
