@@ -91,7 +91,7 @@ def test_library_fp16_and_summed_masks() -> None:
 
 
 def _additive(value: str) -> dict[str, object]:
-    rc, out, err = run_main("simulate", "--seq", "5", "--pad", "2", "--api", "sdpa-additive",
+    rc, out, _ = run_main("simulate", "--seq", "5", "--pad", "2", "--api", "sdpa-additive",
                             "--mistake", "none", "--format", "json", f"--mask-value={value}")
     doc = json.loads(out)["simulate"]
     (scen,) = doc["scenarios"]
