@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from maskcheck.commands.options import parse_device
 from maskcheck.errors import UsageError
 
 MISTAKES = ("mha-mask-into-sdpa", "hf-mask-into-mha", "float01-into-sdpa", "fp16-minus-1e9",
             "summed-finfo-min")
 APIS = ("mha", "sdpa", "sdpa-additive", "hf", "eager")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-DEVICES = ("cpu", "cuda", "mps", "auto")
 # Attention weights per call (batch x heads x seq x seq). Every path keeps its weights and a
 # float64 reference, and every row is classified: at 2**18 (--seq 256 with the default batch 2
 # and heads 2) a run takes about half a minute on one shared core. What simulate shows about
@@ -60,9 +60,7 @@ class BatchSpec:
             raise UsageError("--block must be at least 1")
         if self.dtype not in FLOAT_DTYPES:
             raise UsageError(f"--dtype takes {', '.join(FLOAT_DTYPES)}, not {self.dtype!r}")
-        device = self.device.strip().lower()
-        if device not in DEVICES and not device.startswith("cuda:"):
-            raise UsageError(f"--device takes {'|'.join(DEVICES)}, not {self.device!r}")
+        parse_device(self.device)
 
 
 def check_choices(api: str, mistake: str) -> None:

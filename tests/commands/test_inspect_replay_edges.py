@@ -71,3 +71,20 @@ def test_truncated_safetensors_says_so_without_a_rename_hint(tmp_path: Path) -> 
     assert r.returncode == 2
     assert "but only 52 bytes follow it (truncated" in r.stdout + r.stderr
     assert "rename it" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--dtype", "bogus"], "--dtype takes a float dtype"),
+    (["--device", "tpu"], "--device takes cpu|cuda|mps|auto (or cuda:N), not 'tpu'"),
+    (["--api", "nope"], "--api takes"),
+    (["--format", "xml"], "--format takes"),
+])
+def test_replay_rejects_options_before_importing_torch(args: list[str], message: str) -> None:
+    code = ("import sys\nfrom maskcheck.cli import main\n"
+            f"rc = main(['replay', 'fixtures/sdpa_bool_causal.safetensors', *{args!r}])\n"
+            "print(rc, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.stdout.split() == ["2", "False"], r.stdout + r.stderr
+    assert r.stderr.splitlines() == [r.stderr.splitlines()[0]]
+    assert message in r.stderr
