@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from maskcheck.model import FileReport, Report, TensorReport
+    from maskcheck.model import FileReport, Finding, Report, TensorReport
 
 HTML_WIDTH = 100
 
@@ -75,8 +76,8 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def _findings(findings: list[object]) -> str:
-    codes = [getattr(f, "code", "?") for f in findings]
+def _findings(findings: Sequence[Finding]) -> str:
+    codes = [f.code for f in findings]
     if not codes:
         return "no findings"
     shown = ", ".join(codes[:5]) + (", ..." if len(codes) > 5 else "")
