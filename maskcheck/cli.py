@@ -149,6 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from maskcheck.commands.check import main as check_main
 
         return check_main(args[1:])
+    if args[:1] == ["inspect"] and not {"--help", "-h"} & set(args):
+        # Typer's parameter building imports pydantic (~0.25 s of CPU): the same options,
+        # parsed by argparse from inspect_command's own declarations.
+        from maskcheck.commands.declare import run_with_argparse
+        from maskcheck.commands.inspect import inspect_command
+
+        return guarded(lambda: run_with_argparse("inspect", inspect_command, args[1:]),
+                       debug=debug_requested(args))
 
     def run() -> int:
         result = build_app(args)(args=args, prog_name="maskcheck", standalone_mode=False)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -219,6 +217,11 @@ def analyze_paths(
     total = sum(sizes)
     workers = min(usable_cpus() if jobs is None else min(jobs, usable_cpus()), len(files))
     if workers > 1:
+        # Imported here: multiprocessing's import is a tenth of a second of start-up that a
+        # one-file run never needs.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection):
                        (f, size) for f, size in zip(files, sizes, strict=True)}

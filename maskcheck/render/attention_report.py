@@ -13,7 +13,6 @@ from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -398,6 +397,8 @@ def code_block(code: str, *, color: bool, width: int = 10_000) -> RenderableType
     code = paste_safe(code, width)
     if not color:
         return Text(code, no_wrap=True, overflow="ignore")
+    from rich.syntax import Syntax  # pygments: only where colours are shown
+
     text = Syntax(code, "python", theme="ansi_dark", background_color="default").highlight(code)
     text.rstrip()
     text.no_wrap = True

@@ -11,7 +11,6 @@ from typing import Any
 from rich import box
 from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -36,6 +35,9 @@ class RenderOptions:
     picture: bool = True
     unicode: bool = True
     picture_rows: int = 32
+    # Syntax-highlight code in fixes: only worth pygments' start-up (a tenth of a second of
+    # lexer regexes) where the colours are seen.
+    highlight: bool = True
 
 
 # ------------------------------------------------------------------------ formatting helpers
@@ -181,8 +183,12 @@ def looks_like_code(text: str) -> bool:
     return bool(_CODE_START.match(text)) and "'s " not in text
 
 
-def fix_text(fix: str, unicode: bool) -> Text:
+def fix_text(fix: str, unicode: bool, highlight: bool = True) -> Text:
     """The fix with its code part syntax-highlighted and the prose around it left plain."""
+    if not highlight:
+        return Text(fix)
+    from rich.syntax import Syntax
+
     prose, code = "", fix
     if not looks_like_code(fix):
         head, sep, tail = fix.rpartition(": ")
@@ -299,7 +305,8 @@ def finding_block(
     grid.add_row(Text(f.severity.value, style=SEVERITY_STYLE[f.severity]), head)
     grid.add_row("", Text(f.message))
     if f.fix:
-        grid.add_row("", Text.assemble(("fix ", "bold green"), fix_text(f.fix, opts.unicode)))
+        fix = fix_text(f.fix, opts.unicode, opts.highlight)
+        grid.add_row("", Text.assemble(("fix ", "bold green"), fix))
     return grid
 
 

@@ -39,7 +39,8 @@ def test_command_summaries_are_whole() -> None:
 
 
 @pytest.mark.parametrize(("args", "message", "command"), [
-    (("inspect", "--bogus", "x.safetensors"), "No such option: --bogus", "inspect"),
+    (("inspect", "--bogus", "x.safetensors"), "unrecognized arguments: --bogus", "inspect"),
+    (("replay", "--bogus", "x.safetensors"), "No such option: --bogus", "replay"),
     (("check", "--bogus", "x.py"), "unrecognized arguments: --bogus", "check"),
     (("simulate", "--seq", "abc"), "Invalid value for '--seq'", "simulate"),
     (("replay",), "Missing argument 'PATH'", "replay"),

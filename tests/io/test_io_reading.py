@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -96,13 +97,13 @@ def test_jobs_is_bounded_by_the_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyP
         save_file({"m": np.tril(np.ones((4, 4), bool))}, str(p))
         files.append(str(p))
     asked: list[int] = []
-    real = pipeline.ProcessPoolExecutor
+    real = concurrent.futures.ProcessPoolExecutor
 
     def recording(max_workers: int) -> object:
         asked.append(max_workers)
         return real(max_workers=max_workers)
 
-    monkeypatch.setattr(pipeline, "ProcessPoolExecutor", recording)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", recording)
     monkeypatch.setattr(pipeline, "usable_cpus", lambda: 2)
     report = analyze_paths(files, jobs=1000)
     assert asked == [2] and all(f.error is None for f in report.files)
