@@ -56,3 +56,16 @@ def test_one_argument_error_style(args: tuple[str, ...], message: str,
     assert len(lines) == 2, r.stderr
     assert lines[0].startswith("maskcheck: error: ") and message in lines[0], r.stderr
     assert lines[1] == f"Run '{where} -h' for help."
+
+
+def test_inspect_of_one_file_imports_no_typer_pydantic_pygments_or_multiprocessing() -> None:
+    # What made `inspect` of a small file cost 3.5x the import of numpy + rich + safetensors
+    # (benchmarks/inspect_startup.py); the output must not need any of them.
+    code = ("import sys\nfrom maskcheck.cli import main\n"
+            "rc = main(['inspect', 'fixtures/sdpa_bool_causal.safetensors'])\n"
+            "heavy = ('typer', 'pydantic', 'pygments', 'concurrent.futures.process', 'torch')\n"
+            "print(rc, [m for m in heavy if m in sys.modules])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False, cwd=os.path.dirname(os.path.dirname(
+                           os.path.dirname(os.path.abspath(__file__)))))
+    assert r.stdout.splitlines()[-1] == "0 []", r.stdout + r.stderr
