@@ -48,9 +48,9 @@ def simulate_command(
 ) -> int:
     """Build the masks for a described batch, run real attention calls, show what each does.
 
-    Exit 1 when a right mask's run has a finding at --fail-on or above (MC002 rows with no
-    key, MC062 paths that disagree, MC063 leaks); the common mistakes are demonstrations and
-    never fail the command.
+    Exit 1 when a right mask cannot be built or its run has a finding at --fail-on or above
+    (MC002 rows with no key, MC062 paths that disagree, MC063 leaks); the common mistakes are
+    demonstrations and never fail the command.
     """
     from maskcheck.attention.sim_spec import BatchSpec, check_choices
     from maskcheck.commands.options import parse_float_dtype
@@ -82,9 +82,11 @@ def simulate_command(
 
 
 def exit_code(sim: Any, fail_on: Any) -> int:
-    """1 when a right mask's run has a finding at `fail_on` or above, else 0."""
+    """1 when a right mask could not be built (torch refused it, e.g. -1e9 in float16) or
+    its run has a finding at `fail_on` or above, else 0."""
     findings = [f for s in sim.scenarios for f in s.findings]
-    return 1 if any(f.severity.at_least(fail_on) for f in findings) else 0
+    refused = any(s.error for s in sim.scenarios)
+    return 1 if refused or any(f.severity.at_least(fail_on) for f in findings) else 0
 
 
 def _views(scenario: Any, batch: int) -> Any:

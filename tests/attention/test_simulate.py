@@ -164,3 +164,10 @@ def test_long_sequences_are_drawn_downsampled() -> None:
     assert "each cell = 2x2" in out
     assert len(out.splitlines()) < 120  # 64 rows drawn per picture would be over 130
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_a_right_mask_torch_refuses_to_build_fails_the_command() -> None:
+    rc, out, _ = run_main("simulate", "--dtype", "float16", "--mask-value", "-1e9", "--pad", "1",
+                          "--api", "sdpa-additive", "--mistake", "none", "--format", "json")
+    (scen,) = json.loads(out)["simulate"]["scenarios"]
+    assert rc == 1 and "cannot be converted to type c10::Half without overflow" in scen["error"]
