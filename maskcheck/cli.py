@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from maskcheck import __version__
-from maskcheck.errors import MaskcheckError, UsageError
+from maskcheck.errors import MaskcheckError, UsageError, one_line
 
 if TYPE_CHECKING:
     import typer
@@ -102,7 +102,7 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         print_usage_error(str(e), e.command)
         return 2
     except MaskcheckError as e:  # FileProblem included: exit 2
-        print(f"maskcheck: error: {e}", file=sys.stderr)
+        print(f"maskcheck: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("maskcheck: interrupted", file=sys.stderr)

@@ -14,6 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from maskcheck.errors import one_line
 from maskcheck.model import FileReport, Finding, Index, Report, Severity, TensorReport
 from maskcheck.render.picture import render_picture
 
@@ -358,7 +359,7 @@ def tensor_section(t: TensorReport, opts: RenderOptions) -> RenderableType:
 
 def file_header(fr: FileReport) -> Text:
     text = Text(no_wrap=True, overflow="ignore")  # a path is never broken across lines
-    text.append(fr.path, style="bold underline")
+    text.append(one_line(fr.path), style="bold underline")
     if fr.error is None:
         n = len(fr.tensors)
         details = [f"{n} tensor" + ("" if n == 1 else "s")]
@@ -372,7 +373,7 @@ def file_header(fr: FileReport) -> Text:
 def render_file(fr: FileReport, opts: RenderOptions) -> list[RenderableType]:
     if fr.error is not None:
         # One line, whatever the width: scripts and users grep for "path: problem".
-        return [Text.assemble((fr.path, "bold red"), (f": {fr.error}", "red"),
+        return [Text.assemble((one_line(fr.path), "bold red"), (f": {one_line(fr.error)}", "red"),
                               no_wrap=True, overflow="ignore")]
     parts: list[RenderableType] = [file_header(fr)]
     if fr.tensors:

@@ -88,3 +88,14 @@ def test_replay_rejects_options_before_importing_torch(args: list[str], message:
     assert r.stdout.split() == ["2", "False"], r.stdout + r.stderr
     assert r.stderr.splitlines() == [r.stderr.splitlines()[0]]
     assert message in r.stderr
+
+
+def test_a_file_name_with_a_newline_stays_on_its_error_line(tmp_path: Path) -> None:
+    bad = tmp_path / "a\nb\x1b[31m.safetensors"
+    bad.write_bytes(b"junk")
+    shown = str(bad).replace("\n", "\\n").replace("\x1b", "\\x1b")
+    for args in (["inspect", str(bad)], ["replay", str(bad)]):
+        r = run(*args)
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "too short" in ln]
+        assert r.returncode == 2 and len(lines) == 1 and shown in lines[0], r.stdout + r.stderr
+        assert "\x1b" not in r.stdout + r.stderr
