@@ -108,3 +108,16 @@ def test_jobs_is_bounded_by_the_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyP
     report = analyze_paths(files, jobs=1000)
     assert asked == [2] and all(f.error is None for f in report.files)
     assert usable_cpus() >= 1
+
+
+def test_inspect_cli_with_jobs_2_survives_a_file_truncated_mid_read(tmp_path: Path) -> None:
+    victim, good = _masks(tmp_path)
+    script = _TRUNCATE_AFTER_HEADER.split("from maskcheck.analysis import")[0] + (
+        "from maskcheck.cli import main\n"
+        "raise SystemExit(main(['inspect', '--jobs', '2', '--format', 'json', *sys.argv[3:]]))\n")
+    r = subprocess.run([sys.executable, "-c", script, str(ROOT), "2", str(victim), str(good)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])  # not -7 (SIGBUS)
+    files = {f["path"]: f for f in json.loads(r.stdout)["files"]}
+    assert "truncated or replaced while being read" in files[str(victim)]["error"]
+    assert files[str(good)]["error"] is None and files[str(good)]["tensors"]
