@@ -263,4 +263,5 @@ def _drop_unmatched(files: list[FileReport], keys: Sequence[str] | None) -> list
         first = unmatched[0]
         also = f"--key matches no tensor in any of the {len(files)} files; " if files[1:] else ""
         raise UsageError(f"{also}{first.path}: {first.error}")
-    return [f for f in files if f not in unmatched]
+    dropped = {id(f) for f in unmatched}
+    return [f for f in files if id(f) not in dropped]
