@@ -99,3 +99,15 @@ def test_a_file_name_with_a_newline_stays_on_its_error_line(tmp_path: Path) -> N
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "too short" in ln]
         assert r.returncode == 2 and len(lines) == 1 and shown in lines[0], r.stdout + r.stderr
         assert "\x1b" not in r.stdout + r.stderr
+
+
+def test_replay_refuses_a_call_too_big_to_run_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "big.safetensors"
+    save_file({"attn_mask": np.tril(np.ones((2048, 2048), bool))}, str(path))
+    r = run("replay", "--heads", "4", str(path))
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"maskcheck: error: {path}: the call has 16,777,216 attention weights (batch x heads x "
+        "queries x keys); replay runs at most 8,388,608: save a slice of the batch or of the "
+        "heads (or pass fewer --heads)"]
