@@ -2,8 +2,9 @@
 
 Each command lives in `maskcheck/commands/<name>.py` and returns an exit code; this module is
 the only place that exits, and the one error handler that maps failures to CONTRACT codes.
-Typer is imported only when the app is built, so `maskcheck check` (the pre-commit path)
-starts without it.
+Typer is imported only when the app is built: `maskcheck check` (the pre-commit path) and
+`maskcheck inspect` parse their options with argparse and start without it (`-h` of every
+command still comes from Typer). Argument errors of either parser print the same two lines.
 """
 
 from __future__ import annotations
