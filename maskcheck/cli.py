@@ -2,8 +2,9 @@
 
 Each command lives in `maskcheck/commands/<name>.py` and returns an exit code; this module is
 the only place that exits, and the one error handler that maps failures to CONTRACT codes.
-Typer is imported only when the app is built, so `maskcheck check` (the pre-commit path)
-starts without it.
+Typer is imported only when the app is built: `maskcheck check` (the pre-commit path) and
+`maskcheck inspect` parse their options with argparse and start without it (`-h` of every
+command still comes from Typer). Argument errors of either parser print the same two lines.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from maskcheck import __version__
-from maskcheck.errors import MaskcheckError
+from maskcheck.errors import MaskcheckError, UsageError, one_line
 
 if TYPE_CHECKING:
     import typer
@@ -38,6 +39,7 @@ def build_app(args: Sequence[str] = ()) -> typer.Typer:
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        context_settings=HELP_SETTINGS,
     )
 
     def version_callback(value: bool) -> None:
@@ -59,7 +61,25 @@ def build_app(args: Sequence[str] = ()) -> typer.Typer:
     wanted = _MODULE_OF.get(command or "")
     for name in (wanted,) if wanted else _COMMAND_MODULES:
         importlib.import_module(f"maskcheck.commands.{name}").register(app)
+    _uniform_help(app)
     return app
+
+
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def _uniform_help(app: typer.Typer) -> None:
+    """Every command, whoever registered it: -h, metavars in help, its full summary line."""
+    from typer.core import TyperCommand
+
+    from maskcheck.commands.help_format import MetavarCommand
+
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = MetavarCommand
+        info.context_settings = {**HELP_SETTINGS, **(info.context_settings or {})}
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            info.short_help = info.callback.__doc__.strip().splitlines()[0]
 
 
 def _click_exceptions() -> ModuleType:
@@ -79,8 +99,11 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         return run()
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except MaskcheckError as e:  # UsageError and FileProblem included: exit 2
-        print(f"maskcheck: error: {e}", file=sys.stderr)
+    except UsageError as e:
+        print_usage_error(str(e), e.command)
+        return 2
+    except MaskcheckError as e:  # FileProblem included: exit 2
+        print(f"maskcheck: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("maskcheck: interrupted", file=sys.stderr)
@@ -104,8 +127,22 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         return 3
 
 
+def print_usage_error(message: str, help_for: str | None) -> None:
+    """The one style of every argument error, whichever parser found it (Typer or argparse).
+
+    `help_for`: the command whose `-h` lists the options ("" for the tool's own); None for a
+    bad value of an option, whose message already says what the option takes.
+    """
+    print(f"maskcheck: error: {message}", file=sys.stderr)
+    if help_for is not None:
+        where = f"maskcheck {help_for}" if help_for else "maskcheck"
+        print(f"Run '{where} -h' for help.", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        args = ["--help"]  # bare `maskcheck`: the help, exit 0 (asking is not an error)
     if args[:1] == ["check"] and not {"--help", "-h"} & set(args):
         # The pre-commit path: Typer's import alone costs more than the whole check of a
         # file, so `check` parses its options with argparse (same options, same exit codes;
@@ -113,6 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from maskcheck.commands.check import main as check_main
 
         return check_main(args[1:])
+    if args[:1] == ["inspect"] and not {"--help", "-h"} & set(args):
+        # Typer's parameter building imports pydantic (~0.25 s of CPU): the same options,
+        # parsed by argparse from inspect_command's own declarations.
+        from maskcheck.commands.declare import run_with_argparse
+        from maskcheck.commands.inspect import inspect_command
+
+        return guarded(lambda: run_with_argparse("inspect", inspect_command, args[1:]),
+                       debug=debug_requested(args))
 
     def run() -> int:
         result = build_app(args)(args=args, prog_name="maskcheck", standalone_mode=False)
@@ -130,6 +175,11 @@ def _typer_exception(e: Exception) -> int | None:
     aborts = tuple(c for c in (typer.Abort, getattr(ce, "Abort", None)) if isinstance(c, type))
     if isinstance(e, exits):
         return int(getattr(e, "exit_code", 0))
+    if isinstance(e, ce.UsageError):
+        ctx = getattr(e, "ctx", None)
+        path = ctx.command_path if ctx is not None else "maskcheck"
+        print_usage_error(e.format_message(), path.partition(" ")[2])
+        return 2
     if isinstance(e, ce.ClickException):
         e.show()
         return 2

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import os
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def one_line(text: str) -> str:
+    """`text` for a one-line message: undecodable bytes of a file name as U+FFFD, control
+    characters escaped (a name with a newline cannot split its error line or fake another)."""
+    return os.fsencode(text).decode("utf-8", "replace").translate(_CONTROL)
+
 
 class MaskcheckError(Exception):
     """An expected failure with a one-line message for the user."""
 
 
 class UsageError(MaskcheckError):
-    """Bad options or arguments: exit 2."""
+    """Bad options or arguments: exit 2. `command` names where `-h` helps (None: the tool)."""
+
+    def __init__(self, message: str, command: str | None = None) -> None:
+        super().__init__(message)
+        self.command = command
 
 
 class FileProblem(MaskcheckError):

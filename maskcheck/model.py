@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 Convention = Literal[
     "bool-true-masked",
@@ -104,6 +107,22 @@ class TensorReport:
             "api": self.api,
         }
 
+    # Shown in a REPL / notebook / rich.print as inspect shows it (render/notebook.py).
+    def __repr__(self) -> str:
+        from maskcheck.render.notebook import tensor_repr
+
+        return tensor_repr(self)
+
+    def __rich__(self) -> RenderableType:
+        from maskcheck.render.notebook import tensor_renderable
+
+        return tensor_renderable(self)
+
+    def _repr_html_(self) -> str:
+        from maskcheck.render.notebook import tensor_renderable, to_html
+
+        return to_html(tensor_renderable(self))
+
 
 @dataclass
 class Run:
@@ -162,6 +181,21 @@ class FileReport:
             out["runs"] = [r.to_json() for r in self.runs]
         return out
 
+    def __repr__(self) -> str:
+        from maskcheck.render.notebook import file_repr
+
+        return file_repr(self)
+
+    def __rich__(self) -> RenderableType:
+        from maskcheck.render.notebook import report_renderable
+
+        return report_renderable(self)
+
+    def _repr_html_(self) -> str:
+        from maskcheck.render.notebook import report_renderable, to_html
+
+        return to_html(report_renderable(self))
+
 
 @dataclass
 class Report:
@@ -203,3 +237,18 @@ class Report:
                 "unreadable": self.unreadable,
             },
         }
+
+    def __repr__(self) -> str:
+        from maskcheck.render.notebook import report_repr
+
+        return report_repr(self)
+
+    def __rich__(self) -> RenderableType:
+        from maskcheck.render.notebook import report_renderable
+
+        return report_renderable(self)
+
+    def _repr_html_(self) -> str:
+        from maskcheck.render.notebook import report_renderable, to_html
+
+        return to_html(report_renderable(self))

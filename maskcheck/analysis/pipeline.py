@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
@@ -12,7 +11,7 @@ from maskcheck.analysis.combine import padding_with_attn_mask
 from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
 from maskcheck.conventions import CONVENTIONS
-from maskcheck.errors import FileProblem
+from maskcheck.errors import FileProblem, UsageError
 from maskcheck.io.base import TensorSource, element_size, rows_cols
 from maskcheck.model import FileReport, Report, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
@@ -174,6 +173,14 @@ def analyze_file(
 Progress = Callable[[int, int], None]
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: the bound for --jobs (more workers only cost memory)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -208,15 +215,26 @@ def analyze_paths(
     reports: dict[str, FileReport] = {p: FileReport(path=p, error=why) for p, why in problems}
     sizes = [_size(f) for f in files]
     total = sum(sizes)
-    workers = min(jobs or os.cpu_count() or 1, len(files))
+    workers = min(usable_cpus() if jobs is None else min(jobs, usable_cpus()), len(files))
     if workers > 1:
+        # Imported here: multiprocessing's import is a tenth of a second of start-up that a
+        # one-file run never needs.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(_analyze_file_detached, f, keys, api, query_dtype, selection):
                        (f, size) for f, size in zip(files, sizes, strict=True)}
             done = 0
             for fut in as_completed(futures):
                 f, size = futures[fut]
-                reports[f] = fut.result()
+                try:
+                    reports[f] = fut.result()
+                except BrokenProcessPool:
+                    # A worker was killed (out of memory, a signal): the files it had are
+                    # one error line each, the reports already received stay.
+                    reports[f] = FileReport(path=f, error="not analysed: a worker process "
+                                                          "died (killed by the system?)")
                 done += size
                 if progress is not None:
                     progress(done, total)
@@ -231,4 +249,19 @@ def analyze_paths(
                                       selection=selection, progress=on_bytes)
             base += size
     order = [p for p, _ in problems] + files
-    return Report(files=[reports[p] for p in order])
+    return Report(files=_drop_unmatched([reports[p] for p in order], keys))
+
+
+def _drop_unmatched(files: list[FileReport], keys: Sequence[str] | None) -> list[FileReport]:
+    """Files --key filtered out are left out; --key matching nothing anywhere is a usage error."""
+    from maskcheck.io.sources import NO_MATCH
+
+    if keys is None:
+        return files
+    unmatched = [f for f in files if f.error is not None and f.error.startswith(NO_MATCH)]
+    if unmatched and len(unmatched) == len(files):
+        first = unmatched[0]
+        also = f"--key matches no tensor in any of the {len(files)} files; " if files[1:] else ""
+        raise UsageError(f"{also}{first.path}: {first.error}")
+    dropped = {id(f) for f in unmatched}
+    return [f for f in files if id(f) not in dropped]

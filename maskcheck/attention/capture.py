@@ -28,6 +28,16 @@ from maskcheck.attention.intercept import AttentionMode, MaskcheckWarning, outpu
 from maskcheck.errors import UsageError
 
 
+def portable_path(file: str) -> str:
+    """`file` relative to the working directory when inside it, else its name alone: a
+    capture file is shared, and must not record the home or layout of the machine."""
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:  # another drive (Windows)
+        return os.path.basename(file)
+    return os.path.basename(file) if rel.startswith(os.pardir) else rel
+
+
 @dataclass
 class CaptureState:
     path: str
@@ -80,7 +90,7 @@ class capture:
 
     def _save(self, call: AttentionCall) -> None:
         file, line = user_site()
-        self.state.site = f"{file}:{line}"
+        self.state.site = f"{portable_path(file)}:{line}"
         layout = "seq_first" if call.api == "mha" else "batch_first"
         save_capture(self.state.path, call, {"maskcheck.when": self.state.when,
                                              "maskcheck.call_site": self.state.site},

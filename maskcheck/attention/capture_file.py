@@ -66,35 +66,46 @@ def _storable(t: torch.Tensor) -> torch.Tensor:
 
 
 def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """All tensors of a file as torch tensors (CPU) and its string metadata."""
+    """All tensors of a file as torch tensors (CPU) and its string metadata.
+
+    .safetensors/.npy/.npz go through the same loaders as `inspect` (every header claim
+    checked, bounded positional reads, never a map a truncated file could SIGBUS through).
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in (".safetensors", ".npy", ".npz"):
+        return _read_with_loaders(path)
     p = Path(path)
     if not p.exists():
         raise FileProblem(path, "no such file")
     if p.is_dir():
         raise FileProblem(path, "is a directory, not a capture file")
-    suffix = p.suffix.lower()
     try:
-        if suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(path, framework="pt") as f:
-                meta = dict(f.metadata() or {})
-                return {k: f.get_tensor(k) for k in f.keys()}, meta  # noqa: SIM118
-        if suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
-            return {p.stem: torch.from_numpy(np.ascontiguousarray(arr))}, {}
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                return {k: torch.from_numpy(np.ascontiguousarray(z[k])) for k in z.files}, {}
         if suffix in (".pt", ".pth", ".bin"):
             obj = torch.load(path, map_location="cpu", weights_only=True)
             return _flatten(obj), {}
-    except FileProblem:
-        raise
     except Exception as e:
         raise FileProblem(path, f"cannot read: {_line(e)}") from None
     raise FileProblem(path, f"unsupported file type {suffix or '(none)'}: "
                             "expected .safetensors, .npy, .npz or .pt")
+
+
+def _read_with_loaders(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    from maskcheck.io import open_file
+    from maskcheck.io.base import rows_cols
+
+    out: dict[str, torch.Tensor] = {}
+    with open_file(path) as loaded:
+        if loaded.tensor_errors:
+            name, problem = loaded.tensor_errors[0]
+            raise FileProblem(path, f"tensor {name!r}: {problem}")
+        for source in loaded.tensors:
+            rows = rows_cols(source.shape)[0]
+            array = np.array(source.read_rows(0, rows)).reshape(source.shape)
+            t = torch.from_numpy(array)
+            # The loaders widen bfloat16/float8 exactly to float32: narrowing back is exact.
+            wanted = getattr(torch, source.dtype, None)
+            out[source.name] = t.to(wanted) if isinstance(wanted, torch.dtype) else t
+        return out, dict(loaded.metadata)
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, torch.Tensor]:

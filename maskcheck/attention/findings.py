@@ -181,6 +181,24 @@ def _disagreement(result: PathsResult) -> list[Finding]:
         differ)]
 
 
+def _masked_values_hint(result: PathsResult) -> str:
+    """The values a float mask holds where it means "masked" (at most three of them)."""
+    mask, ref = result.call.attn_mask, result.ref
+    if mask is None or not mask.is_floating_point() or ref is None:
+        return ""
+    hidden = ref.hidden.cpu()
+    try:
+        values = mask.detach().cpu().expand_as(hidden)
+    except RuntimeError:
+        return ""
+    held = sorted({float(x) for x in values[hidden].flatten()[:100_000].tolist()})
+    if not held:
+        return ""
+    shown = ", ".join(f"{x:g}" for x in held[:3]) + (", ..." if len(held) > 3 else "")
+    return (f" Where it means masked, the mask holds {shown} in "
+            f"{str(mask.dtype).removeprefix('torch.')}.")
+
+
 def _coarse(c: str) -> str:
     return c
 
@@ -201,12 +219,7 @@ def _silent_leak(result: PathsResult) -> list[Finding]:
     what = ("rows whose every key is masked still attend to those keys as if unmasked"
             if empty_leak else "rows put weight on keys their mask hides")
     per = ", ".join(f"{p} {weights[p]:.3g}" for p in leaks)
-    mask = result.call.attn_mask
-    hint = ""
-    if mask is not None and mask.is_floating_point():
-        finite = mask[torch.isfinite(mask)]
-        low = float(finite.min()) if finite.numel() else 0.0
-        hint = f" The mask's masked value is {low:g} in {str(mask.dtype).removeprefix('torch.')}."
+    hint = _masked_values_hint(result)
     return [_finding(
         "MC063",
         f"{what}: {_fmt_rows(rows)}; largest weight on hidden keys per path: {per}.{hint}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,11 @@ from maskcheck.model import FileReport, TensorReport
 from maskcheck.selection import Selection
 
 DEVICES = ("cpu", "cuda", "mps", "auto")
+# Attention weights per call (batch x heads x queries x keys) replay runs: every path keeps its
+# weights and a float64 reference, and each row is classified. 2**20 weights take about 8 s on
+# one shared core; 2**23 (batch 2 x 12 heads x 512 x 512 is 2**22.6) about a minute. A call
+# past it is refused in one line before anything runs, instead of minutes and gigabytes.
+MAX_WEIGHTS = 1 << 23
 
 
 @dataclass
@@ -74,6 +80,15 @@ def mask_reports(call: AttentionCall, selection: Selection | None) -> list[Tenso
     return out
 
 
+def _inspect_reports(path: str, api: str, query_dtype: str, selection: Selection | None,
+                     ) -> list[TensorReport]:
+    from maskcheck.analysis import analyze_file
+
+    inspect_api = {"manual": "eager"}.get(api, api)
+    report = analyze_file(path, api=inspect_api, query_dtype=query_dtype, selection=selection)
+    return report.tensors
+
+
 def to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
     dtype = str(t.dtype).removeprefix("torch.")
     t = t.detach().to("cpu")
@@ -98,14 +113,37 @@ def run_call(call: AttentionCall, path: str, *, selection: Selection | None = No
     return ReplayResult(report, paths, False, info)
 
 
+def weights_per_call(call: AttentionCall) -> int:
+    q, k = call.query, call.key
+    if call.api == "mha":  # batch-first (N, L, E) here
+        batch = int(q.shape[0]) if q.dim() == 3 else 1
+        return batch * call.num_heads * int(q.shape[-2]) * int(k.shape[-2])
+    return math.prod(int(d) for d in q.shape[:-1]) * int(k.shape[-2])
+
+
+def _check_size(path: str, call: AttentionCall) -> None:
+    from maskcheck.errors import FileProblem
+
+    n = weights_per_call(call)
+    if n > MAX_WEIGHTS:
+        raise FileProblem(path, f"the call has {n:,} attention weights (batch x heads x queries "
+                                f"x keys); replay runs at most {MAX_WEIGHTS:,}: save a slice of "
+                                "the batch or of the heads (or pass fewer --heads)")
+
+
 def replay_file(path: str, *, device: str = "cpu", dtype: str | None = None,
                 api: str = "auto", heads: int = 2, dim: int = 8,
                 selection: Selection | None = None) -> ReplayResult:
     dev = resolve_device(device)
     want = resolve_dtype(dtype)
     call, meta, generated = load_call(path, api=api, heads=heads, dim=dim)
+    _check_size(path, call)
     call = call.to(dev, want)
     result = run_call(call, path, selection=selection, metadata=meta)
+    if generated:
+        # A mask file: its masks are judged exactly as `inspect --api` judges them (same
+        # names, same reading), not as the renamed tensor the generated call passes on.
+        result.report.tensors = _inspect_reports(path, api, call.dtype, selection)
     result.generated = generated
     result.info["generated"] = generated
     return result

@@ -17,44 +17,11 @@ import torch
 from maskcheck.attention.call import DTYPES, AttentionCall, Reference, reference
 from maskcheck.attention.findings import call_findings
 from maskcheck.attention.paths import PathResult, PathsResult, first_line, run_all_paths
+from maskcheck.attention.sim_spec import APIS, MISTAKES, BatchSpec, check_choices
 from maskcheck.errors import UsageError
 from maskcheck.model import Finding
 
-MISTAKES = ("mha-mask-into-sdpa", "hf-mask-into-mha", "float01-into-sdpa", "fp16-minus-1e9",
-            "summed-finfo-min")
-APIS = ("mha", "sdpa", "sdpa-additive", "hf", "eager")
-
-
-@dataclass(frozen=True)
-class BatchSpec:
-    seq: int = 5
-    pad: int = 0
-    batch: int = 2
-    padding_side: str = "right"
-    causal: bool = False
-    window: int | None = None
-    block: int | None = None
-    heads: int = 2
-    dim: int = 8
-    dtype: str = "float32"
-    device: str = "cpu"
-    mask_value: str = "-inf"
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.seq < 1 or self.batch < 1 or self.heads < 1 or self.dim < 1:
-            raise UsageError("--seq, --batch, --heads and --dim must be at least 1")
-        if not 0 <= self.pad <= self.seq:
-            raise UsageError(f"--pad must be between 0 and --seq ({self.seq}), not {self.pad}")
-        if self.padding_side not in ("left", "right"):
-            raise UsageError("--padding-side takes left or right")
-        if self.window is not None and self.window < 1:
-            raise UsageError("--window must be at least 1")
-        if self.block is not None and self.block < 1:
-            raise UsageError("--block must be at least 1")
-        if self.dtype not in DTYPES:
-            raise UsageError(f"--dtype takes {', '.join(DTYPES)}, not {self.dtype!r}")
-
+__all__ = ["APIS", "MISTAKES", "BatchSpec", "Scenario", "Simulation", "simulate", "to_json"]
 
 @dataclass
 class Scenario:
@@ -79,8 +46,13 @@ class Simulation:
 
 
 def mask_value(spec: BatchSpec, dtype: torch.dtype) -> float:
+    """The --mask-value as the float that is run: exactly what was asked, never "corrected".
+
+    `inf` stays +inf and `nan` stays NaN (the runs then show what they do); a number too big
+    for a Python float (1e400) is +-inf, which `mask_value_note` says.
+    """
     v = spec.mask_value.strip().lower()
-    if v in ("-inf", "inf", "-infinity"):
+    if v in ("-inf", "-infinity"):
         return -math.inf
     if v in ("finfo", "finfo.min", "min"):
         return float(torch.finfo(dtype).min)
@@ -89,6 +61,20 @@ def mask_value(spec: BatchSpec, dtype: torch.dtype) -> float:
     except ValueError:
         raise UsageError(f"--mask-value takes -inf, finfo or a number, not {spec.mask_value!r}")\
             from None
+
+
+def mask_value_note(spec: BatchSpec, value: float) -> str | None:
+    """Why the value run is not the one a reader expects, in one line; None when it is."""
+    text = spec.mask_value.strip()
+    said = f"--mask-value {text}"
+    if math.isinf(value) and text.lower().lstrip("+-") not in ("inf", "infinity"):
+        said += f" (too big for a float: {_lit(value)} is run)"
+    if math.isnan(value):
+        return f"{said} is NaN: every score it is added to becomes NaN"
+    if value >= 0:
+        return (f"{said} is not negative: adding it raises (or keeps) the masked scores "
+                "instead of removing them")
+    return None if said.endswith(text) else said
 
 
 def build_keep(spec: BatchSpec) -> tuple[torch.Tensor, list[int]]:
@@ -206,12 +192,7 @@ def correct_scenarios(spec: BatchSpec, inp: Inputs, keep: torch.Tensor,
             "F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)",
             _sdpa_call(inp, keep4)))
     if "sdpa-additive" in apis:
-        add = torch.zeros(keep4.shape, dtype=dtype, device=dev).masked_fill(~keep4, value)
-        out.append(_scenario(
-            "sdpa-additive", f"F.scaled_dot_product_attention, additive mask ({value:g})",
-            f"attn_mask = torch.zeros(N, 1, L, S, dtype=q.dtype).masked_fill(~keep[:, None], "
-            f"{_lit(value)})\nF.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)",
-            _sdpa_call(inp, add)))
+        out.append(_additive_scenario(spec, inp, keep4, dtype, value))
     if "hf" in apis:
         am2 = real.to(torch.int64)
         as_sdpa = am2.to(torch.bool)[:, None, None, :] & struct
@@ -232,12 +213,54 @@ def correct_scenarios(spec: BatchSpec, inp: Inputs, keep: torch.Tensor,
     return out
 
 
+def _additive_scenario(spec: BatchSpec, inp: Inputs, keep4: torch.Tensor, dtype: torch.dtype,
+                       value: float) -> Scenario:
+    code = (f"attn_mask = torch.zeros(N, 1, L, S, dtype=q.dtype).masked_fill(~keep[:, None], "
+            f"{_lit(value)})\nF.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)")
+    title = f"F.scaled_dot_product_attention, additive mask ({_short(value)})"
+    add, error = _try(lambda: torch.zeros(keep4.shape, dtype=dtype, device=keep4.device)
+                      .masked_fill(~keep4, value))
+    # Judged against the mask that was meant (keep), whatever value was given: a reference
+    # computed from the additive mask itself would call any value "correct".
+    meant = reference(_sdpa_call(inp, keep4))
+    scen = _scenario("sdpa-additive", title, code, None if add is None else _sdpa_call(inp, add),
+                     meant, error=error)
+    note = mask_value_note(spec, value)
+    if note is not None:
+        scen.verdict.append(note)
+    if add is not None:
+        scen.findings.extend(_mask_findings(add, spec.dtype))
+    return scen
+
+
+def _mask_findings(mask: torch.Tensor, query_dtype: str) -> list[Finding]:
+    """What `inspect --api sdpa` says about the mask as built (NaN, +inf, a weak value)."""
+    from dataclasses import replace
+
+    from maskcheck.analysis import analyze_source
+    from maskcheck.attention.replay import to_numpy
+    from maskcheck.io.base import ArraySource
+
+    array, dtype = to_numpy(mask)
+    report = analyze_source(ArraySource("attn_mask", array, dtype=dtype), api="sdpa",
+                            query_dtype=query_dtype)
+    return [replace(f, tensor="attn_mask") for f in report.findings if f.code != "MC051"]
+
+
+def _short(value: float) -> str:
+    return _lit(value) if math.isinf(value) or math.isnan(value) else f"{value:g}"
+
+
 def _lit(value: float) -> str:
+    """`value` as Python source that evaluates to it (pasteable into the snippet)."""
+    if math.isnan(value):
+        return "float('nan')"
     if math.isinf(value):
-        return "float('-inf')"
-    if value == float(torch.finfo(torch.float16).min):
-        return "torch.finfo(torch.float16).min"
-    return f"{value:g}"
+        return "float('-inf')" if value < 0 else "float('inf')"
+    for name in ("float16", "bfloat16", "float32", "float64"):
+        if value == float(torch.finfo(getattr(torch, name)).min):
+            return f"torch.finfo(torch.{name}).min"
+    return repr(value)
 
 
 def _try(build: Callable[[], torch.Tensor]) -> tuple[torch.Tensor | None, str | None]:
@@ -392,12 +415,9 @@ def simulate(spec: BatchSpec, *, api: str = "all", mistake: str = "all") -> Simu
     from maskcheck.attention.replay import resolve_device
 
     spec.validate()
+    check_choices(api, mistake)
     device = resolve_device(spec.device)
     dtype = DTYPES[spec.dtype]
-    if api not in ("all", *APIS):
-        raise UsageError(f"--api takes all, {', '.join(APIS)}, not {api!r}")
-    if mistake not in ("all", "none", *MISTAKES):
-        raise UsageError(f"--mistake takes all, none, {', '.join(MISTAKES)}, not {mistake!r}")
     keep, lengths = build_keep(spec)
     inp = make_inputs(spec, device, dtype)
     apis = APIS if api == "all" else (api,)

@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(message, command="check")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

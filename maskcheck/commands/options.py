@@ -35,3 +35,15 @@ def parse_float_dtype(value: str | None, *, allowed: tuple[str, ...] | None = No
         names = ", ".join(allowed or ("float16", "bfloat16", "float32", "float64"))
         raise UsageError(f"--dtype takes a float dtype ({names}), not {value!r}")
     return name
+
+
+DEVICES = ("cpu", "cuda", "mps", "auto")
+
+
+def parse_device(value: str) -> str:
+    """cpu|cuda|cuda:N|mps|auto, checked without torch (whether it exists is torch's to say)."""
+    name = value.strip().lower()
+    index = name.removeprefix("cuda:")
+    if name in DEVICES or (name.startswith("cuda:") and index.isdigit()):
+        return name
+    raise UsageError(f"--device takes {'|'.join(DEVICES)} (or cuda:N), not {value!r}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from maskcheck.commands.options import parse_api, parse_format
+from maskcheck.commands.options import parse_api, parse_device, parse_float_dtype, parse_format
 from maskcheck.model import Report
 from maskcheck.selection import Selection, parse_severity
 
@@ -32,7 +32,8 @@ def emit_text(renderable: Any, *, width: int | None, svg: Path | None, html: Pat
 
 
 def replay_command(
-    path: Path = typer.Argument(..., help="A capture file (maskcheck.capture) or a mask file."),  # noqa: B008
+    path: str = typer.Argument(..., metavar="PATH",
+                               help="A capture file (maskcheck.capture) or a mask file."),
     device: str = typer.Option("cpu", "--device", help="cpu|cuda|mps|auto."),
     dtype: str | None = typer.Option(None, "--dtype", help="Cast q/k/v and float masks to this dtype."),  # noqa: E501
     api: str = typer.Option("auto", "--api", help="auto|sdpa|mha|hf|eager|manual (mask files: how to read the mask)."),  # noqa: E501
@@ -47,8 +48,11 @@ def replay_command(
     width: int | None = typer.Option(None, "--width", min=20, help="Render for this many columns."),
 ) -> int:
     """Run a saved attention call on every SDPA backend / MHA path and the float64 reference."""
+    # Every option is checked before torch is imported (2-3 s to reject a typo otherwise).
     fmt = parse_format(output_format)
     parse_api(api, _REPLAY_APIS)
+    parse_device(device)
+    dtype = parse_float_dtype(dtype, allowed=("float16", "bfloat16", "float32", "float64"))
     severity = parse_severity(fail_on)
     selection = Selection.build(select, ignore)
     from maskcheck.attention.replay import replay_file

@@ -11,47 +11,82 @@ import typer
 
 from maskcheck.commands.options import parse_format
 
+_OPT = typer.Option
+
 
 def simulate_command(
-    seq: int = typer.Option(5, "--seq", help="Sequence length (queries = keys)."),
-    pad: int = typer.Option(0, "--pad", help="Padding tokens in sequences 1.. (sequence 0 is full)."),  # noqa: E501
-    batch: int = typer.Option(2, "--batch", help="Sequences in the batch."),
-    padding_side: str = typer.Option("right", "--padding-side", help="left or right."),
-    causal: bool = typer.Option(False, "--causal", help="Causal (decoder) attention."),
-    window: int | None = typer.Option(None, "--window", help="Sliding window of W keys."),
-    block: int | None = typer.Option(None, "--block", help="Block-diagonal blocks of B tokens."),
-    heads: int = typer.Option(2, "--heads", help="Attention heads."),
-    dim: int = typer.Option(8, "--dim", help="Head dimension."),
-    dtype: str = typer.Option("float32", "--dtype", help="float16|bfloat16|float32|float64."),
-    device: str = typer.Option("cpu", "--device", help="cpu|cuda|mps|auto."),
-    mask_value: str = typer.Option("-inf", "--mask-value", help="Masked value of additive masks: -inf, finfo or a number."),  # noqa: E501
-    api: str = typer.Option("all", "--api", help="all|mha|sdpa|sdpa-additive|hf|eager."),
-    mistake: str = typer.Option("all", "--mistake", help="all|none|mha-mask-into-sdpa|hf-mask-into-mha|float01-into-sdpa|fp16-minus-1e9|summed-finfo-min."),  # noqa: E501
-    output_format: str = typer.Option("text", "--format", help="text or json."),
-    svg: Path | None = typer.Option(None, "--svg", help="Also save the report as SVG."),  # noqa: B008
-    html: Path | None = typer.Option(None, "--html", help="Also save the report as HTML."),  # noqa: B008
-    width: int | None = typer.Option(None, "--width", min=20, help="Render for this many columns."),
+    seq: int = _OPT(5, "--seq", metavar="N", help="Sequence length (queries = keys)."),
+    pad: int = _OPT(0, "--pad", metavar="N",
+                    help="Padding tokens in sequences 1.. (sequence 0 is full)."),
+    batch: int = _OPT(2, "--batch", metavar="N", help="Sequences in the batch."),
+    padding_side: str = _OPT("right", "--padding-side", metavar="SIDE", help="left or right."),
+    causal: bool = _OPT(False, "--causal", help="Causal (decoder) attention."),
+    window: int | None = _OPT(None, "--window", metavar="W", help="Sliding window of W keys."),
+    block: int | None = _OPT(None, "--block", metavar="B",
+                             help="Block-diagonal blocks of B tokens."),
+    heads: int = _OPT(2, "--heads", metavar="N", help="Attention heads."),
+    dim: int = _OPT(8, "--dim", metavar="N", help="Head dimension."),
+    dtype: str = _OPT("float32", "--dtype", metavar="DTYPE",
+                      help="float16|bfloat16|float32|float64."),
+    device: str = _OPT("cpu", "--device", metavar="DEVICE", help="cpu|cuda|mps|auto."),
+    mask_value: str = _OPT("-inf", "--mask-value", metavar="VALUE",
+                           help="Masked value of additive masks: -inf, finfo or a number."),
+    api: str = _OPT("all", "--api", metavar="API",
+                    help="all|mha|sdpa|sdpa-additive|hf|eager."),
+    mistake: str = _OPT("all", "--mistake", metavar="NAME",
+                        help="all|none|mha-mask-into-sdpa|hf-mask-into-mha|float01-into-sdpa|"
+                             "fp16-minus-1e9|summed-finfo-min."),
+    output_format: str = _OPT("text", "--format", metavar="FORMAT", help="text or json."),
+    fail_on: str = _OPT("error", "--fail-on", metavar="SEVERITY",
+                        help="Fail at: error|warning|info (findings of the right masks)."),
+    svg: Path | None = _OPT(None, "--svg", metavar="PATH",  # noqa: B008
+                            help="Also save the report as SVG."),
+    html: Path | None = _OPT(None, "--html", metavar="PATH",  # noqa: B008
+                             help="Also save the report as HTML."),
+    width: int | None = _OPT(None, "--width", min=20, metavar="N",
+                             help="Render for N columns."),
 ) -> int:
-    """Build the masks for a described batch, run real attention calls, show what each does."""
-    fmt = parse_format(output_format)
-    from maskcheck.attention.replay import resolve_dtype
-    from maskcheck.attention.simulate import BatchSpec, simulate, to_json
+    """Build the masks for a described batch, run real attention calls, show what each does.
 
-    dt = resolve_dtype(dtype)
+    Exit 1 when a right mask cannot be built or its run has a finding at --fail-on or above
+    (MC002 rows with no key, MC062 paths that disagree, MC063 leaks); the common mistakes are
+    demonstrations and never fail the command.
+    """
+    from maskcheck.attention.sim_spec import BatchSpec, check_choices
+    from maskcheck.commands.options import parse_float_dtype
+    from maskcheck.selection import parse_severity
+
+    # Every option is checked before torch is imported (a typo costs no torch start-up).
+    fmt = parse_format(output_format)
+    severity = parse_severity(fail_on)
+    picked = parse_float_dtype(dtype, allowed=("float16", "bfloat16", "float32", "float64"))
+    api, mistake = api.strip().lower(), mistake.strip().lower()
+    check_choices(api, mistake)
     spec = BatchSpec(seq=seq, pad=pad, batch=batch, padding_side=padding_side.strip().lower(),
                      causal=causal, window=window, block=block, heads=heads, dim=dim,
-                     dtype=str(dt).removeprefix("torch."), device=device,
-                     mask_value=mask_value)
-    sim = simulate(spec, api=api.strip().lower(), mistake=mistake.strip().lower())
+                     dtype=picked or "float32", device=device, mask_value=mask_value)
+    spec.validate()
+    from maskcheck.attention.simulate import simulate, to_json
+
+    sim = simulate(spec, api=api, mistake=mistake)
+    code = exit_code(sim, severity)
     if fmt == "json":
         from maskcheck import __version__
 
         doc = {"schema": 1, "tool": {"name": "maskcheck", "version": __version__},
                "simulate": to_json(sim)}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
-        return 0
-    _print_text(sim, api=api.strip().lower(), width=width, svg=svg, html=html)
-    return 0
+        return code
+    _print_text(sim, api=api, width=width, svg=svg, html=html)
+    return code
+
+
+def exit_code(sim: Any, fail_on: Any) -> int:
+    """1 when a right mask could not be built (torch refused it, e.g. -1e9 in float16) or
+    its run has a finding at `fail_on` or above, else 0."""
+    findings = [f for s in sim.scenarios for f in s.findings]
+    refused = any(s.error for s in sim.scenarios)
+    return 1 if refused or any(f.severity.at_least(fail_on) for f in findings) else 0
 
 
 def _views(scenario: Any, batch: int) -> Any:

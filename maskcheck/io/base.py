@@ -8,6 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
+from maskcheck.errors import MaskcheckError
+
 
 class TensorSource(Protocol):
     """A tensor the analysis can stream.
@@ -60,7 +62,11 @@ class ArraySource:
     def __post_init__(self) -> None:
         self.shape = tuple(int(d) for d in self.array.shape)
         if not self.dtype:
-            self.dtype = NUMPY_TO_NAME[self.array.dtype.name]
+            name = NUMPY_TO_NAME.get(self.array.dtype.name)
+            if name is None:  # str, object, complex, datetime...: a one-line API error
+                raise MaskcheckError(f"tensor {self.name!r}: numpy dtype {self.array.dtype} "
+                                     "cannot hold a mask")
+            self.dtype = name
         rows, cols = rows_cols(self.shape)
         self._flat = self.array.reshape(rows, cols)
 

@@ -1,20 +1,17 @@
-"""A file opened read-only, read through memory maps in bounded windows."""
+"""A file opened read-only, read with bounded positional reads (pread), never mapped.
+
+Why not mmap: a mapped file that another process truncates while it is read kills the reader
+with SIGBUS (nothing printed, exit 135; a worker of --jobs takes the pool down with it). A
+pread past the new end just returns fewer bytes, which is an error line for that file.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import mmap
 import os
 import stat
 
 from maskcheck.errors import FileProblem
-
-# Files up to this size are mapped once; bigger ones get one map per block read, so neither
-# resident memory nor address space grows with the file (a file-backed page that was touched
-# counts in RSS for as long as the map lives).
-WHOLE_MAP_MAX = 64 << 20
-_GRANULARITY = mmap.ALLOCATIONGRANULARITY
 
 
 def display(path: str) -> str:
@@ -67,19 +64,9 @@ class RawFile:
                               else f"{kind}, not a {what} file")
         self.fd: int | None = fd
         self.size = st.st_size
-        self._whole: mmap.mmap | None = None
-        if 0 < self.size <= WHOLE_MAP_MAX:
-            self._whole = self._map(0, self.size)
-
-    def _map(self, offset: int, length: int) -> mmap.mmap | None:
-        assert self.fd is not None
-        try:
-            return mmap.mmap(self.fd, length, access=mmap.ACCESS_READ, offset=offset)
-        except (OSError, ValueError, OverflowError):
-            return None  # e.g. a file system without mmap, or no address space: pread instead
 
     def read(self, offset: int, length: int) -> memoryview:
-        """`length` bytes at `offset`, zero-copy from a read-only map where possible.
+        """`length` bytes at `offset` (a read-only copy; memory is what the caller asks for).
 
         Raises FileProblem when the file has fewer bytes (it shrank after it was opened).
         """
@@ -88,38 +75,37 @@ class RawFile:
         if offset < 0 or offset + length > self.size:
             raise FileProblem(self.path, f"read of {length} bytes at byte {offset} is past the "
                                          f"end of the file ({self.size} bytes)")
-        if self._whole is not None:
-            return memoryview(self._whole)[offset:offset + length]
         if self.fd is None:
             raise FileProblem(self.path, "read after the file was closed")
-        base = offset - offset % _GRANULARITY
-        window = self._map(base, offset - base + length)
-        if window is not None:
-            return memoryview(window)[offset - base:offset - base + length]
-        return self._pread(offset, length)
-
-    def _pread(self, offset: int, length: int) -> memoryview:
-        assert self.fd is not None
         buf = bytearray(length)
         view = memoryview(buf)
         got = 0
         while got < length:
-            n = os.preadv(self.fd, [view[got:]], offset + got)
+            try:
+                n = os.preadv(self.fd, [view[got:]], offset + got)
+            except OSError as e:
+                raise FileProblem(self.path, os_error_problem(e)) from None
             if n <= 0:
-                raise FileProblem(self.path, f"file ends at byte {offset + got}, expected "
-                                             f"{length} bytes at byte {offset}")
+                raise FileProblem(self.path, _shrunk(offset + got, self.size, self._now()))
             got += n
         return view.toreadonly()
 
+    def _now(self) -> int | None:
+        try:
+            return os.fstat(self.fd).st_size if self.fd is not None else None
+        except OSError:
+            return None
+
     def close(self) -> None:
-        if self._whole is not None:
-            # Arrays handed out may still view the map: it then closes when they are freed.
-            with contextlib.suppress(BufferError):
-                self._whole.close()
-            self._whole = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _shrunk(at: int, opened: int, now: int | None) -> str:
+    size = f"now {now} bytes" if now is not None else "now shorter"
+    return (f"file ends at byte {at} but had {opened} bytes when opened ({size}: it was "
+            "truncated or replaced while being read)")
 
 
 def quote(name: str, limit: int = 60) -> str:

@@ -97,9 +97,10 @@ def _read_header(raw: RawFile) -> tuple[dict[str, Any], int]:
         raise FileProblem(path, with_hint(f"header length field says {n} bytes, over the 100 MiB "
                                           "limit (not a safetensors file, or corrupt)", head))
     if n > raw.size - 8:
-        raise FileProblem(path, with_hint(f"header length field says {n} bytes but only "
-                                          f"{raw.size - 8} bytes follow it (truncated, or not a "
-                                          "safetensors file)", head))
+        # No "looks like" hint: the bytes looking like safetensors is why this was tried.
+        raise FileProblem(path, f"header length field says {n} bytes but only "
+                                f"{raw.size - 8} bytes follow it (truncated, or not a "
+                                "safetensors file)")
     text = bytes(raw.read(8, n))
     try:
         decoded = text.decode("utf-8")

@@ -53,6 +53,11 @@ class MappedSource:
         self._raw.close()
 
 
+# Starts every "--key matched nothing here" problem: `analyze_paths` tells those apart from
+# files that could not be read (a file --key filtered out is not an unreadable file).
+NO_MATCH = "no tensor matches --key"
+
+
 def select_names(path: str, names: Sequence[str], keys: Sequence[str] | None) -> list[str]:
     """The names matching any of the glob patterns `keys` (all names when keys is None)."""
     if keys is None:
@@ -62,7 +67,7 @@ def select_names(path: str, names: Sequence[str], keys: Sequence[str] | None) ->
         return chosen
     wanted = ", ".join(quote(k) for k in keys)
     if not names:
-        raise FileProblem(path, f"no tensor matches --key {wanted}: the file has no tensors")
+        raise FileProblem(path, f"{NO_MATCH} {wanted}: the file has no tensors")
     shown = ", ".join(quote(n) for n in names[:5])
     more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    raise FileProblem(path, f"no tensor matches --key {wanted} (tensors here: {shown}{more})")
+    raise FileProblem(path, f"{NO_MATCH} {wanted} (tensors here: {shown}{more})")

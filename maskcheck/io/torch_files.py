@@ -111,20 +111,13 @@ def open_torch(path: str, keys: Sequence[str] | None = None) -> LoadedFile:
 
 
 def _load(torch: Any, path: str) -> Any:
+    # Not mmap=True: a mapped file truncated by another process while it is read kills the
+    # process with SIGBUS; torch's own reads of a shrunk file raise, which is an error line.
     # torch.load's failures on hostile bytes have no narrow type (RuntimeError, EOFError,
     # UnpicklingError, ValueError, KeyError, ...): any exception here is a bad file.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except pickle.UnpicklingError as e:
-            raise FileProblem(path, _refusal(e)) from None
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise FileProblem(path, _not_torch(e)) from None
-        except Exception as e:
-            raise FileProblem(path, _not_torch(e)) from None
-        try:  # a legacy (pre-zip) torch.save file cannot be memory-mapped
             return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             raise FileProblem(path, _refusal(e)) from None

@@ -6,17 +6,18 @@ Works from plain data (Run, Finding, TensorReport and nested lists of floats); i
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from maskcheck.model import FileReport, Finding, Index, Run, Severity, TensorReport
+from maskcheck.render.picture import Glyphs, Grid, rebin
 from maskcheck.render.rich_report import compress_ranges
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow",
@@ -175,24 +176,54 @@ def tensors_block(tensors: Sequence[TensorReport]) -> RenderableType | None:
     return Group(*parts)
 
 
+# Pictures fit the screen as inspect's do: at most this many rows, cells merged beyond.
+MAX_PICTURE_ROWS = 32
+MAX_PICTURE_COLS = 40
+
+
+def fit_grid(matrix: Sequence[Sequence[float]], max_rows: int, max_cols: int) -> Grid:
+    """`matrix` (L, S) merged into at most max_rows x max_cols cells (mean per cell)."""
+    rows = len(matrix)
+    cols = len(matrix[0]) if rows else 0
+    return rebin(Grid([list(r) for r in matrix], (1, 1), (rows, cols)), max_rows, max_cols)
+
+
 def heatmap(matrix: Sequence[Sequence[float]], *, unicode: bool = True,
-            hidden: Sequence[Sequence[bool]] | None = None, max_cols: int = 40) -> Text:
-    """Weights as shade characters, one per key; NaN as '!', hidden keys underlined."""
+            hidden: Sequence[Sequence[bool]] | None = None, max_cols: int = MAX_PICTURE_COLS,
+            max_rows: int = MAX_PICTURE_ROWS) -> Text:
+    """Weights as shade characters; NaN as '!', hidden keys shaded, weight on them red.
+
+    A long sequence is drawn in merged cells: each shows the weight its queries put on its
+    keys (summed over the keys, averaged over the queries), so shades keep their meaning.
+    """
     shades = _SHADES if unicode else _ASCII_SHADES
+    weights = fit_grid(matrix, max_rows, max_cols)
+    sr, sc = weights.scale
+    on_hidden = hid = None
+    if hidden is not None:
+        flags = [[1.0 if h else 0.0 for h in row] for row in hidden]
+        hid = fit_grid(flags, max_rows, max_cols)
+        # Weight on hidden keys (NaN counts as none: it has its own '!').
+        on_hidden = fit_grid([[0.0 if math.isnan(w) else w * h for w, h in zip(wr, hr,
+                                                                                 strict=True)]
+                              for wr, hr in zip(matrix, flags, strict=True)], max_rows, max_cols)
     out = Text()
-    for i, row in enumerate(matrix):
-        out.append(f"{i:>3} ", style="dim")
-        width = 2 if len(row) <= 20 else 1
-        for j, w in enumerate(row[:max_cols]):
-            style = ""
-            if hidden is not None and hidden[i][j]:
-                style = "on grey23"
+    if (sr, sc) != (1, 1):
+        out.append(f"each cell = {sr}x{sc} (queries x keys): weight summed over its keys\n",
+                   style="dim")
+    cols = weights.shape[1]
+    width = 2 if cols <= 20 else 1
+    for i, row in enumerate(weights.cells):
+        out.append(f"{i * sr:>3} ", style="dim")
+        for j, mean in enumerate(row):
+            w = mean * sc
+            style = "on grey23" if hid is not None and hid.cells[i][j] >= 1.0 - 1e-9 else ""
             if isinstance(w, float) and math.isnan(w):
                 out.append("!" * width, style="bold red " + style)
                 continue
             level = min(len(shades) - 1, max(0, math.ceil(w * (len(shades) - 1) - 1e-9)))
             ch = shades[level] if w > 1e-6 else ("·" if unicode else ".")
-            if hidden is not None and hidden[i][j] and w > 1e-3:
+            if on_hidden is not None and on_hidden.cells[i][j] * sc > 1e-3:
                 style = "bold red " + style
             out.append(ch * width, style=style)
         out.append("\n")
@@ -251,10 +282,128 @@ def render_replay(report: FileReport, views: Sequence[PathView], info: dict[str,
     return Group(*parts)
 
 
-def code_block(code: str, *, color: bool) -> RenderableType:
+def paste_safe(code: str, width: int) -> str:
+    """The snippet re-wrapped as Python, so that what is on the screen pastes and runs.
+
+    Left to the terminal (or rich), `x = f(y)   # note` wraps the end of the comment onto a
+    line without '#', and long calls break anywhere. Here a trailing comment that does not fit
+    goes on its own line above its code, and a long line breaks where Python allows it: after
+    a comma or an opening bracket inside brackets, else with a backslash.
+    """
+    out: list[str] = []
+    depth = 0
+    for line in code.splitlines():
+        code_part, comment = _split_comment(line)
+        if len(line) > width and comment and code_part.strip():
+            lead = line[:len(line) - len(line.lstrip())]
+            out.extend(_break_line(lead + comment, width, 0))
+            line = code_part.rstrip()
+        out.extend(_break_line(line, width, depth))
+        depth = _scan(line, len(line), depth)[0]
+    return "\n".join(out)
+
+
+def _scan(line: str, stop: int, depth: int) -> tuple[int, int | None]:
+    """(bracket depth at `stop`, index of a '#' comment before it or None), quotes skipped."""
+    quote = ""
+    for i, ch in enumerate(line[:stop]):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return depth, i
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth, None
+
+
+def _split_comment(line: str) -> tuple[str, str]:
+    at = _scan(line, len(line), 0)[1]
+    return (line, "") if at is None else (line[:at], line[at:])
+
+
+def _break_line(line: str, width: int, depth: int, indent: str | None = None) -> list[str]:
+    """`line` as lines of at most `width` where break points allow. `depth`: brackets open
+    before the line; `indent`: of the continuation lines."""
+    if len(line) <= width:
+        return [line]
+    if line.lstrip().startswith("#"):
+        lead = line[:len(line) - len(line.lstrip())]
+        return textwrap.wrap(line.lstrip()[1:].strip(), max(8, width - len(lead) - 2),
+                             initial_indent=lead + "# ", subsequent_indent=lead + "# ",
+                             break_long_words=False) or [line]
+    if indent is None:
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+    # The best break within the width; else the first beyond it (shorter beats nothing).
+    cut = _break_point(line, width, depth) or _break_point(line, len(line), depth, first=True)
+    if cut is None or cut[0] >= len(line.rstrip()):
+        return [line]
+    head, tail, inside = line[:cut[0]].rstrip(), line[cut[0]:].lstrip(), cut[1]
+    if not inside:
+        head += " \\"
+    return [head, *_break_line(indent + tail, width, _scan(line, cut[0], depth)[0], indent)]
+
+
+def _break_point(line: str, width: int, depth: int, *,
+                 first: bool = False) -> tuple[int, bool] | None:
+    """(index to break at, inside brackets) of the best legal break within `width`; None if
+    there is none. `first`: the first break point of any kind instead.
+
+    Best: the last comma or opening bracket inside brackets, then the last space outside
+    them (with a backslash), then before the last attribute dot (`torch.nn \\ .functional`).
+    """
+    quote = ""
+    inside: int | None = None
+    space: int | None = None
+    dot: tuple[int, bool] | None = None
+    start = len(line) - len(line.lstrip())
+    for i, ch in enumerate(line[:width + 1]):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            break
+        elif ch in "([{":
+            depth += 1
+            inside = i + 1 if start < i + 1 <= width else inside
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth > 0 and i + 1 <= width:
+            inside = i + 1
+        elif ch == " " and start < i <= width - 2 and line[i + 1:].strip():
+            if depth > 0:
+                inside = i
+            else:
+                space = i
+        elif (ch == "." and start < i <= width - 2 and line[i - 1].isidentifier()
+              and line[i + 1:i + 2].isidentifier()):
+            dot = (i, depth > 0)
+        if first and (inside or space or dot):
+            break
+    if inside is not None:
+        return inside, True
+    if space is not None:
+        return space, False
+    return dot
+
+
+def code_block(code: str, *, color: bool, width: int = 10_000) -> RenderableType:
+    # Never wrapped by rich (no_wrap / word_wrap=False, overflow "ignore"): a line longer than
+    # the screen stays one line of code when copied.
+    code = paste_safe(code, width)
     if not color:
-        return Text(code)
-    return Syntax(code, "python", theme="ansi_dark", background_color="default", word_wrap=True)
+        return Text(code, no_wrap=True, overflow="ignore")
+    from rich.syntax import Syntax  # pygments: only where colours are shown
+
+    text = Syntax(code, "python", theme="ansi_dark", background_color="default").highlight(code)
+    text.rstrip()
+    text.no_wrap = True
+    text.overflow = "ignore"
+    return text
 
 
 # ------------------------------------------------------------------------------- simulate
@@ -307,7 +456,7 @@ def render_scenario(s: ScenarioView, *, width: int, unicode: bool, color: bool,
     from rich.columns import Columns
 
     parts: list[RenderableType] = [Text(s.title, style="bold underline")]
-    parts.append(code_block(s.code, color=color))
+    parts.append(code_block(s.code, color=color, width=width))
     if s.error:
         parts.append(Text(f"torch refused: {s.error}", style="yellow"))
     for line in s.verdict:
@@ -364,18 +513,28 @@ def render_simulation(header: Text, keep_pic: RenderableType, scenarios: Sequenc
             parts += [render_scenario(s, width=width, unicode=unicode, color=color,
                                       batch=batch, heat=len(mistakes) == 1), Text("")]
     parts.append(Text(f"the right mask for {fix_api}:", style="bold"))
-    parts.append(code_block(fix, color=color))
+    parts.append(code_block(fix, color=color, width=width))
     return Group(*parts)
 
 
 def keep_picture(keep: Sequence[Sequence[Sequence[bool]]], lengths: Sequence[int], *,
-                 unicode: bool, batch: int) -> RenderableType:
-    on, off = ("█", "·") if unicode else ("#", ".")
+                 unicode: bool, batch: int, max_rows: int = MAX_PICTURE_ROWS,
+                 max_cols: int = MAX_PICTURE_COLS) -> RenderableType:
+    glyphs = Glyphs.for_output(unicode)
+    on, off = glyphs.kept, glyphs.masked
+    grid = fit_grid([[1.0 if x else 0.0 for x in row] for row in keep[batch]], max_rows,
+                    max_cols)
+    sr, sc = grid.scale
+    scaled = (sr, sc) != (1, 1)
     t = Text(f"keep mask of batch {batch} (length {lengths[batch]}; "
-             f"{on} = may attend, {off} = masked):\n", style="dim")
-    for i, row in enumerate(keep[batch]):
-        t.append(f"{i:>3} ", style="dim")
-        t.append("".join((on if x else off) * 2 for x in row))
+             f"{on} = may attend, {off} = masked"
+             + (f", {glyphs.partial} = partly; each cell = {sr}x{sc}" if scaled else "")
+             + "):\n", style="dim")
+    width = 2 if grid.shape[1] <= MAX_PICTURE_COLS // 2 or not scaled else 1
+    for i, row in enumerate(grid.cells):
+        t.append(f"{i * sr:>3} ", style="dim")
+        t.append("".join((on if x >= 1.0 - 1e-9 else off if x <= 1e-9 else glyphs.partial)
+                         * width for x in row))
         t.append("\n")
     t.rstrip()
     return t

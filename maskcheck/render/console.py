@@ -103,13 +103,20 @@ def save_recording(
         return
     recorder = recording_console(width)
     print_parts(recorder, renderable)
+    if svg is not None:
+        _write_output(str(svg), recorder.export_svg(title=title, clear=False))
+    if html is not None:
+        _write_output(str(html), recorder.export_html(clear=False))
+
+
+def _write_output(path: str, text: str) -> None:
+    # The path comes from here, not from the OSError: a failed flush (ENOSPC on /dev/full)
+    # carries no file name.
     try:
-        if svg is not None:
-            recorder.save_svg(str(svg), title=title, clear=False)
-        if html is not None:
-            recorder.save_html(str(html), clear=False)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as e:
-        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def write_safely(file: IO[str], text: str) -> None:

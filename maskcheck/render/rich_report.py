@@ -11,10 +11,10 @@ from typing import Any
 from rich import box
 from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from maskcheck.errors import one_line
 from maskcheck.model import FileReport, Finding, Index, Report, Severity, TensorReport
 from maskcheck.render.picture import render_picture
 
@@ -36,6 +36,9 @@ class RenderOptions:
     picture: bool = True
     unicode: bool = True
     picture_rows: int = 32
+    # Syntax-highlight code in fixes: only worth pygments' start-up (a tenth of a second of
+    # lexer regexes) where the colours are seen.
+    highlight: bool = True
 
 
 # ------------------------------------------------------------------------ formatting helpers
@@ -181,8 +184,12 @@ def looks_like_code(text: str) -> bool:
     return bool(_CODE_START.match(text)) and "'s " not in text
 
 
-def fix_text(fix: str, unicode: bool) -> Text:
+def fix_text(fix: str, unicode: bool, highlight: bool = True) -> Text:
     """The fix with its code part syntax-highlighted and the prose around it left plain."""
+    if not highlight:
+        return Text(fix)
+    from rich.syntax import Syntax
+
     prose, code = "", fix
     if not looks_like_code(fix):
         head, sep, tail = fix.rpartition(": ")
@@ -299,7 +306,8 @@ def finding_block(
     grid.add_row(Text(f.severity.value, style=SEVERITY_STYLE[f.severity]), head)
     grid.add_row("", Text(f.message))
     if f.fix:
-        grid.add_row("", Text.assemble(("fix ", "bold green"), fix_text(f.fix, opts.unicode)))
+        fix = fix_text(f.fix, opts.unicode, opts.highlight)
+        grid.add_row("", Text.assemble(("fix ", "bold green"), fix))
     return grid
 
 
@@ -351,7 +359,7 @@ def tensor_section(t: TensorReport, opts: RenderOptions) -> RenderableType:
 
 def file_header(fr: FileReport) -> Text:
     text = Text(no_wrap=True, overflow="ignore")  # a path is never broken across lines
-    text.append(fr.path, style="bold underline")
+    text.append(one_line(fr.path), style="bold underline")
     if fr.error is None:
         n = len(fr.tensors)
         details = [f"{n} tensor" + ("" if n == 1 else "s")]
@@ -365,7 +373,7 @@ def file_header(fr: FileReport) -> Text:
 def render_file(fr: FileReport, opts: RenderOptions) -> list[RenderableType]:
     if fr.error is not None:
         # One line, whatever the width: scripts and users grep for "path: problem".
-        return [Text.assemble((fr.path, "bold red"), (f": {fr.error}", "red"),
+        return [Text.assemble((one_line(fr.path), "bold red"), (f": {one_line(fr.error)}", "red"),
                               no_wrap=True, overflow="ignore")]
     parts: list[RenderableType] = [file_header(fr)]
     if fr.tensors:

@@ -50,7 +50,7 @@ def test_simulate_seq5_pad3_prints_every_path() -> None:
 def test_simulate_narrow_left_padding_causal() -> None:
     rc, out, err = run_main("simulate", "--seq", "4", "--pad", "2", "--causal",
                             "--padding-side", "left", "--width", "60")
-    assert rc == 0, err
+    assert rc == 1, err  # MC002/MC062 on the right masks: the rows with no key fail it
     assert max(len(line) for line in out.splitlines()) <= 60
     # pad query rows of the left-padded causal batch: NaN with weights, zeros without
     assert "NaN" in out and "zeros" in out and "MC062" in out
@@ -85,3 +85,89 @@ def test_library_fp16_and_summed_masks() -> None:
     sim = simulate(BatchSpec(seq=4, pad=1), mistake="fp16-minus-1e9")
     (m,) = sim.mistakes
     assert "without overflow" in m.verdict[0] and "-inf" in m.verdict[1]
+
+
+# --------------------------------------------------------------- judged against the meant mask
+
+
+def _additive(value: str) -> dict[str, object]:
+    rc, out, _ = run_main("simulate", "--seq", "5", "--pad", "2", "--api", "sdpa-additive",
+                            "--mistake", "none", "--format", "json", f"--mask-value={value}")
+    doc = json.loads(out)["simulate"]
+    (scen,) = doc["scenarios"]
+    return {"rc": rc, "scenario": scen}
+
+
+@pytest.mark.parametrize(("value", "code", "status"), [
+    ("5", "MC063", "ok"), ("0", "MC063", "ok"), ("-5", "MC063", "ok"),
+    ("nan", "MC001", "nan"), ("inf", "MC011", "nan"), ("1e400", "MC011", "nan"),
+])
+def test_a_bad_mask_value_is_judged_against_the_mask_that_was_meant(
+        value: str, code: str, status: str) -> None:
+    got = _additive(value)
+    scen = got["scenario"]
+    assert isinstance(scen, dict)
+    kernels = [r for r in scen["runs"] if r["path"] != "reference"]
+    assert kernels and all(r["status"] == status for r in kernels), scen
+    if status == "ok":  # the weight lands on the padded keys
+        assert all(r["masked_weight"] > 1e-3 for r in kernels)
+    assert code in [f["code"] for f in scen["findings"]]
+    assert got["rc"] == 1
+    compile(scen["code"], "<snippet>", "exec")  # the printed code is valid Python
+    if value in ("inf", "1e400"):
+        assert "float('inf')" in scen["code"]
+        assert any("not negative" in v for v in scen["verdict"])
+    if value == "1e400":
+        assert any("too big for a float: float('inf') is run" in v for v in scen["verdict"])
+
+
+@pytest.mark.parametrize("value", ["-inf", "finfo", "-1e9"])
+def test_a_good_mask_value_passes(value: str) -> None:
+    got = _additive(value)
+    scen = got["scenario"]
+    assert isinstance(scen, dict)
+    assert got["rc"] == 0 and scen["verdict"] == []
+    assert all(f["severity"] == "info" for f in scen["findings"]), scen["findings"]
+
+
+def test_simulate_exits_0_on_right_masks_whatever_the_mistakes_show() -> None:
+    rc, out, err = run_main("simulate", "--seq", "4", "--pad", "1", "--format", "json")
+    doc = json.loads(out)["simulate"]
+    assert rc == 0, err
+    assert any(m["findings"] for m in doc["mistakes"])  # demonstrations do not fail it
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--seq", "3000"], "--seq 3000 --batch 2 --heads 2 make 36,000,000 attention weights"),
+    (["--seq", "100000"], "attention weights per call; simulate runs at most 262,144"),
+    (["--dim", "100000"], "--dim takes at most 1024"),
+    (["--dtype", "bogus"], "--dtype takes a float dtype"),
+    (["--device", "tpu"], "--device takes cpu|cuda|mps|auto"),
+    (["--mistake", "bogus"], "--mistake takes all, none"),
+])
+def test_sizes_and_options_are_refused_in_one_line_before_torch(args: list[str],
+                                                                 message: str) -> None:
+    code = ("import sys\nfrom maskcheck.cli import main\n"
+            f"rc = main(['simulate', *{args!r}])\n"
+            "print(rc, 'torch' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert res.stdout.split() == ["2", "False"], res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("maskcheck: error: ") and message in lines[0]
+
+
+def test_long_sequences_are_drawn_downsampled() -> None:
+    rc, out, _ = run_main("simulate", "--seq", "64", "--pad", "20", "--api", "sdpa",
+                          "--mistake", "none", "--width", "100")
+    assert rc == 0
+    assert "each cell = 2x2" in out
+    assert len(out.splitlines()) < 120  # 64 rows drawn per picture would be over 130
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_a_right_mask_torch_refuses_to_build_fails_the_command() -> None:
+    rc, out, _ = run_main("simulate", "--dtype", "float16", "--mask-value", "-1e9", "--pad", "1",
+                          "--api", "sdpa-additive", "--mistake", "none", "--format", "json")
+    (scen,) = json.loads(out)["simulate"]["scenarios"]
+    assert rc == 1 and "cannot be converted to type c10::Half without overflow" in scen["error"]

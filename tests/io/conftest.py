@@ -3,7 +3,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -48,3 +51,39 @@ def no_marker() -> Iterable[Path]:
     marker.unlink(missing_ok=True)
     yield marker
     assert not marker.exists(), "a malicious pickle was executed"
+
+
+def unprivileged_prefix() -> list[str] | None:
+    """How to run a command as a user that file modes apply to; None where there is no way.
+
+    Root reads files whatever their mode, and CI runs as root too: there `setpriv` (util-linux)
+    drops to nobody with no groups and no capabilities. A non-root user needs nothing.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import maskcheck"], cwd="/",
+                           env=cli_env(), capture_output=True, timeout=120, check=False)
+    return prefix if probe.returncode == 0 else None
+
+
+@pytest.fixture()
+def as_nobody() -> list[str]:
+    prefix = unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("no way to run as an unprivileged user here (root without setpriv)")
+    return prefix
+
+
+@pytest.fixture()
+def shared_dir() -> Iterable[Path]:
+    """A directory every user can enter (pytest's tmp_path sits under a 0700 directory)."""
+    path = Path(tempfile.mkdtemp(prefix="maskcheck-test-"))
+    path.chmod(0o755)
+    yield path
+    for p in path.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    shutil.rmtree(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import cli_env
 from safetensors.numpy import save_file
 
 from maskcheck.errors import FileProblem
@@ -114,33 +114,23 @@ def _unreadable_check(path: Path) -> None:
         open_file(str(path))
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
-    path = mask_file(tmp_path / "locked.safetensors")
+def test_unreadable_file(shared_dir: Path, as_nobody: list[str]) -> None:
+    path = mask_file(shared_dir / "locked.safetensors")
     path.chmod(0)
-    tmp_path.chmod(0o755)
-    try:
-        if os.geteuid() != 0:
-            _unreadable_check(path)
-            return
-        # Root reads any file whatever its mode: check as an unprivileged user instead.
-        code = (
-            "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
-            "from maskcheck.io import expand_paths, open_file\n"
-            "from maskcheck.errors import FileProblem\n"
-            "print(expand_paths([sys.argv[2]])[1][0][1])\n"
-            "try:\n    open_file(sys.argv[2])\nexcept FileProblem as e:\n    print(e.problem)\n"
-        )
-        try:
-            r = subprocess.run([sys.executable, "-c", code, str(ROOT), str(path)], user=65534,
-                               capture_output=True, text=True, timeout=60, check=False)
-        except (PermissionError, OSError) as e:
-            pytest.skip(f"cannot run as an unprivileged user here: {e}")
-        if r.returncode != 0 and "Permission denied" in r.stderr:
-            pytest.skip("the interpreter or the tree is not readable by an unprivileged user")
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.splitlines() == ["permission denied (cannot open for reading)"] * 2
-    finally:
-        path.chmod(0o644)
+    if not as_nobody:  # not root: file modes already apply
+        _unreadable_check(path)
+        return
+    code = (
+        "import sys\n"
+        "from maskcheck.io import expand_paths, open_file\n"
+        "from maskcheck.errors import FileProblem\n"
+        "print(expand_paths([sys.argv[1]])[1][0][1])\n"
+        "try:\n    open_file(sys.argv[1])\nexcept FileProblem as e:\n    print(e.problem)\n"
+    )
+    r = subprocess.run([*as_nobody, sys.executable, "-c", code, str(path)], cwd="/",
+                       env=cli_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["permission denied (cannot open for reading)"] * 2
 
 
 def test_character_devices_are_not_mask_files() -> None:
