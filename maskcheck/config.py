@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ class Config:
 
     def relative(self, file: Path) -> str:
         try:
-            return file.resolve().relative_to(self.root.resolve()).as_posix()
+            return real(file).relative_to(real(self.root)).as_posix()
         except ValueError:
             return file.as_posix()
 
@@ -59,6 +60,17 @@ class Config:
             if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern):
                 out.extend(codes)
         return tuple(out)
+
+
+def real(path: Path) -> Path:
+    """`path` with symlinks resolved as far as they go. Unlike `Path.resolve()` on Python
+    3.11 (RuntimeError), a symlink loop (`ln -s loop.py loop.py`) does not raise: it is left
+    as it is, and reported when the file is read."""
+    return Path(os.path.realpath(path))
+
+
+# A pyproject.toml bigger than this is not a project file.
+MAX_PYPROJECT_BYTES = 4 << 20
 
 
 def _where(path: Path, key: str) -> str:
@@ -126,13 +138,22 @@ def load(pyproject: Path) -> Config | None:
     else:  # pragma: no cover
         import tomli as tomllib
 
+    from maskcheck.errors import FileProblem
+    from maskcheck.lint.reading import read_regular
+
     try:
-        with open(pyproject, "rb") as f:
-            data = tomllib.load(f)
+        raw = read_regular(str(pyproject), limit=MAX_PYPROJECT_BYTES, what="TOML file")
+    except FileProblem as e:
+        raise ConfigError(f"{pyproject}: could not read: {e.problem}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{pyproject}: not valid TOML: not UTF-8 (byte 0x{raw[e.start]:02x} "
+                          f"at offset {e.start})") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{pyproject}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"{pyproject}: could not read: {e.strerror or e}") from None
     tool = data.get("tool", {})
     if not isinstance(tool, dict) or "maskcheck" not in tool:
         return None
@@ -141,7 +162,7 @@ def load(pyproject: Path) -> Config | None:
 
 def discover(start: Path) -> Config:
     """The nearest pyproject.toml holding [tool.maskcheck], from `start` up to the root."""
-    here = start.resolve()
+    here = real(start)
     if not here.is_dir():
         here = here.parent
     for directory in (here, *here.parents):
@@ -158,5 +179,5 @@ def common_start(paths: list[Path]) -> Path:
 
     if not paths:
         return Path.cwd()
-    resolved = [str(p.resolve()) for p in paths]
+    resolved = [str(real(p)) for p in paths]
     return Path(os.path.commonpath(resolved))

@@ -105,6 +105,18 @@ def render(report: Report, fmt: str, *, statistics: bool) -> str:
     return concise.render(report, statistics=statistics)
 
 
+def write_output(text: str) -> None:
+    """Write to stdout in its encoding, escaping what it cannot hold (`\\xe9` for `é` with
+    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name."""
+    stream = sys.stdout
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    stream.flush()
+
+
 def run_check(
     paths: list[Path], opts: CheckOptions, *, fmt: str = "concise", statistics: bool = False,
     exit_zero: bool = False,
@@ -115,7 +127,7 @@ def run_check(
     if not paths:
         raise UsageError("check needs at least one PATH")
     report, fail_on = build_report(paths, opts)
-    sys.stdout.write(render(report, fmt, statistics=statistics))
+    write_output(render(report, fmt, statistics=statistics))
     code = report.exit_code(fail_on)
     return 0 if exit_zero and code == 1 else code
 

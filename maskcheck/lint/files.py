@@ -1,4 +1,7 @@
-"""Which inputs `check` looks at: Python sources and mask files, directories walked."""
+"""Which inputs `check` looks at: Python sources, notebooks and mask files, directories walked.
+
+Nothing here opens a file: each candidate is classified by `stat` (see `lint.reading`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from pathlib import Path
 
 from maskcheck.config import DEFAULT_EXCLUDE, Config
 from maskcheck.errors import UsageError
+from maskcheck.io.rawfile import os_error_problem
+from maskcheck.lint.reading import NOTEBOOK_SUFFIXES, regular_file_problem, source_kind
 
 SOURCE_SUFFIXES = frozenset({".py", ".pyi"})
 MASK_SUFFIXES = frozenset({".safetensors", ".npy", ".npz"})
@@ -38,49 +43,54 @@ def mask_suffixes(*, explicit: bool) -> frozenset[str]:
 
 
 def collect(paths: list[Path], config: Config) -> Inputs:
-    """Files under `paths`; a path that does not exist is a usage error."""
+    """Files under `paths`. A path that names nothing (not even a link) is a usage error;
+    a path that cannot be checked (symlink loop, broken link, FIFO, device, unreadable
+    directory) is a problem line for that path, and the others are still collected."""
     for p in paths:
-        if not p.exists():
+        if not os.path.lexists(p):
             raise UsageError(f"{p}: no such file or directory")
     inputs = Inputs()
     seen: set[Path] = set()
     walk_masks = mask_suffixes(explicit=False)
     named_masks = mask_suffixes(explicit=True)
     for p in paths:
+        if p in seen or config.is_excluded(p):
+            continue
         if p.is_dir():
-            for file in _walk(p, config):
-                _add(inputs, seen, file, walk_masks)
-        elif not config.is_excluded(p) and p not in seen:
-            suffix = p.suffix.lower()
-            if suffix in SOURCE_SUFFIXES or suffix == "":
-                # pre-commit hands over extensionless scripts with a python shebang
-                inputs.sources.append(p)
-                seen.add(p)
-            elif suffix in named_masks:
-                _add(inputs, seen, p, named_masks)
-            else:
-                inputs.problems.append(
-                    (p, f"not a Python source or a mask file ({', '.join(sorted(named_masks))})")
-                )
+            _walk(p, config, inputs, seen, walk_masks)
+            continue
+        seen.add(p)
+        suffix = p.suffix.lower()
+        if suffix in SOURCE_SUFFIXES or suffix in NOTEBOOK_SUFFIXES or suffix == "":
+            # pre-commit hands over extensionless scripts with a python shebang
+            _add_checked(inputs, p, inputs.sources, source_kind(p.name))
+        elif suffix in named_masks:
+            _add_checked(inputs, p, inputs.masks, "mask file")
+        else:
+            inputs.problems.append(
+                (p, f"not a Python source, notebook or mask file "
+                    f"({', '.join(sorted(named_masks | NOTEBOOK_SUFFIXES))})")
+            )
     return inputs
 
 
-def _add(inputs: Inputs, seen: set[Path], file: Path, masks: frozenset[str]) -> None:
-    if file in seen:
-        return
-    suffix = file.suffix.lower()
-    if suffix in SOURCE_SUFFIXES:
-        inputs.sources.append(file)
-    elif suffix in masks:
-        inputs.masks.append(file)
+def _add_checked(inputs: Inputs, file: Path, into: list[Path], what: str) -> None:
+    problem = regular_file_problem(str(file), what=what)
+    if problem is None:
+        into.append(file)
     else:
-        return
-    seen.add(file)
+        inputs.problems.append((file, problem))
 
 
-def _walk(top: Path, config: Config) -> list[Path]:
-    out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(top):
+def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
+          masks: frozenset[str]) -> None:
+    """Files under `top` with a suffix `check` reads; directory symlinks are not followed
+    (no loop can form), and a directory that cannot be listed is a problem line."""
+    def unlisted(e: OSError) -> None:
+        where = Path(e.filename) if e.filename else top
+        inputs.problems.append((where, f"cannot list directory: {os_error_problem(e)}"))
+
+    for dirpath, dirnames, filenames in os.walk(top, onerror=unlisted):
         here = Path(dirpath)
         dirnames[:] = sorted(
             d for d in dirnames
@@ -89,6 +99,14 @@ def _walk(top: Path, config: Config) -> list[Path]:
         )
         for name in sorted(filenames):
             file = here / name
-            if not config.is_excluded(file):
-                out.append(file)
-    return out
+            suffix = file.suffix.lower()
+            if suffix in SOURCE_SUFFIXES or suffix in NOTEBOOK_SUFFIXES:
+                into, what = inputs.sources, source_kind(name)
+            elif suffix in masks:
+                into, what = inputs.masks, "mask file"
+            else:
+                continue
+            if file in seen or config.is_excluded(file):
+                continue
+            seen.add(file)
+            _add_checked(inputs, file, into, what)

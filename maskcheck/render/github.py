@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from maskcheck.model import Finding, Report, Severity
+from maskcheck.render.concise import location, printable_path
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -21,20 +22,26 @@ def _command(level: str, message: str, **props: object) -> str:
 
 
 def _finding(path: str, f: Finding, where: str) -> str:
+    # A notebook's line is a line of a cell, not of the .ipynb file: the annotation goes on
+    # the file and the message says where.
+    in_file = f.cell is None
     return _command(_LEVEL[f.severity], f"{where}: {f.code} {f.message}",
-                    file=path, line=f.line, col=f.col, title=f"maskcheck ({f.code})")
+                    file=path, line=f.line if in_file else None,
+                    col=f.col if in_file else None, title=f"maskcheck ({f.code})")
 
 
 def render(report: Report) -> str:
     out: list[str] = []
     for file in report.files:
+        # GitHub escapes a newline in a property as %0A; undecodable bytes cannot match a
+        # file of the repository anyway, so they are shown as \xff.
+        path = printable_path(file.path) if "\n" not in file.path else file.path
         if file.error is not None:
-            out.append(_command("error", f"{file.path}: {file.error}", file=file.path,
-                                title="maskcheck (unreadable)"))
-        for f in sorted(file.findings, key=lambda f: (f.line or 0, f.col or 0)):
-            where = f"{file.path}:{f.line}:{f.col}" if f.line is not None else file.path
-            out.append(_finding(file.path, f, where))
+            out.append(_command("error", f"{printable_path(file.path)}: {file.error}",
+                                file=path, title="maskcheck (unreadable)"))
+        for f in sorted(file.findings, key=lambda f: (f.cell or 0, f.line or 0, f.col or 0)):
+            out.append(_finding(path, f, location(printable_path(file.path), f)))
         for t in file.tensors:
             for f in t.findings:
-                out.append(_finding(file.path, f, f"{file.path}:{t.name}"))
+                out.append(_finding(path, f, f"{printable_path(file.path)}:{t.name}"))
     return "".join(line + "\n" for line in out)
