@@ -47,8 +47,34 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
     files = [FileReport(path=str(p), error=why) for p, why in inputs.problems]
     files += [reports[path] for path, _ in items]
-    files += [_analyze_mask(p, api, selection, config) for p in inputs.masks]
+    for p in inputs.masks:
+        walked = p in inputs.walked
+        if walked and is_torchscript(p):
+            continue
+        report = _analyze_mask(p, api, selection, config)
+        if walked and (report.error or "").startswith(REFUSED_PICKLE):
+            continue
+        files.append(report)
     return Report(files=files), fail_on
+
+
+# A .pt/.pth found by walking a directory is often not a mask at all: a TorchScript model
+# (`torch.jit.save`), or a pickled module or optimizer that torch.load(weights_only=True)
+# refuses to build. Neither can hold a mask maskcheck could read, so a directory walk skips
+# them (nothing is executed either way); named on the command line they are still errors.
+REFUSED_PICKLE = "refused by torch.load(weights_only=True)"
+
+
+def is_torchscript(path: Path) -> bool:
+    """A zip archive laid out by torch.jit.save (a `code/` folder and `constants.pkl`)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError):
+        return False
+    return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
 
 
 def _selection(config: Config, opts: CheckOptions) -> Selection:

@@ -31,6 +31,7 @@ class Inputs:
     sources: list[Path] = field(default_factory=list)
     masks: list[Path] = field(default_factory=list)
     problems: list[tuple[Path, str]] = field(default_factory=list)
+    walked: set[Path] = field(default_factory=set)  # found in a directory, not named
 
 
 def mask_suffixes(*, explicit: bool) -> frozenset[str]:
@@ -109,4 +110,5 @@ def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
             if file in seen or config.is_excluded(file):
                 continue
             seen.add(file)
+            inputs.walked.add(file)
             _add_checked(inputs, file, into, what)
