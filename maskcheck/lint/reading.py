@@ -85,14 +85,15 @@ def read_regular(path: str, *, limit: int, what: str) -> bytes:
         chunks: list[bytes] = []
         got = 0
         while got <= size:
+            asked = min(READ_BLOCK, size + 1 - got)
             try:
-                block = _pread(fd, min(READ_BLOCK, size + 1 - got), got)
+                block = _pread(fd, asked, got)
             except OSError as e:
                 raise FileProblem(path, f"read failed at byte {got}: {e.strerror or e}") from None
-            if not block:
-                break
             chunks.append(block)
             got += len(block)
+            if len(block) < asked:  # a short read of a regular file: its end
+                break
         if got != size:
             change = "shrank" if got < size else "grew"
             raise FileProblem(path, f"file {change} while it was read ({size} bytes when "
