@@ -97,11 +97,13 @@ def test_a_fifo_named_on_the_command_line_is_refused_without_blocking(tree: Path
 
 def test_special_files_inside_a_scanned_tree_are_one_line_each(tree: Path) -> None:
     os.mkfifo(tree / "fifo.py")
+    os.mkfifo(tree / "mask.npy")
     (tree / "zero.py").symlink_to("/dev/zero")
     (tree / "null.ipynb").symlink_to("/dev/null")
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(tree / "sock.py"))
-        expected = {"fifo.py": "a named pipe", "zero.py": "a character device",
+        expected = {"fifo.py": "a named pipe", "mask.npy": "a named pipe",
+                    "zero.py": "a character device",
                     "null.ipynb": "a character device", "sock.py": "a socket"}
         if os.geteuid() == 0:  # a device node made here, not only a link to one
             os.mknod(tree / "node.py", stat.S_IFCHR | 0o666, os.makedev(1, 5))

@@ -161,3 +161,16 @@ def test_a_malformed_notebook_is_exit_2_and_the_rest_is_checked(tmp_path: Path) 
         "ok.py:1:30: MC501 -1e9 in masked_fill overflows float16 (largest finite 65504): use "
         "torch.finfo(dtype).min or float('-inf')",
     ]
+
+
+def test_a_notebook_is_checked_without_torch_numpy_or_typer(tmp_path: Path) -> None:
+    path = tmp_path / "nb.ipynb"
+    path.write_bytes(notebook(code(FILL)))
+    script = (
+        "import sys\nfrom maskcheck.cli import main\n"
+        f"rc = main(['check', '--fail-on', 'warning', {str(path)!r}])\n"
+        "print('MODULES', rc, *(m in sys.modules for m in ('torch', 'numpy', 'typer')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.splitlines()[-1] == "MODULES 1 False False False", r.stderr
