@@ -174,7 +174,7 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
         report.error = f"syntax error{where}: {e.msg}"
-    except RecursionError:
+    except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     return report
 
