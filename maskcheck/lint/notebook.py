@@ -77,6 +77,8 @@ def python_lines(text: str) -> list[str]:
         if magic.group(1) not in PYTHON_CELL_MAGICS:
             return [""] * len(lines)  # %%bash, %%html, %%writefile...: not Python at all
         lines = [*[""] * (head + 1), *lines[head + 1:]]
+    if not any(_MAGIC_LINE.match(line) for line in lines):
+        return lines
     if _parses("\n".join(lines)):
         return lines  # plain Python: a `%` or `!=` continuation line stays as it is
     out: list[str] = []
@@ -105,6 +107,8 @@ def notebook_source(data: bytes) -> NotebookSource | None:
     except json.JSONDecodeError as e:
         raise ValueError(f"not a valid notebook: not JSON ({e.msg} at line {e.lineno}, "
                          f"column {e.colno})") from None
+    except ValueError as e:  # e.g. an integer literal over Python's 4300-digit limit
+        raise ValueError(f"not a valid notebook: {str(e).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise ValueError("not a valid notebook: the JSON is not an object")
     if "worksheets" in doc and "cells" not in doc:

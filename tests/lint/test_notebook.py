@@ -112,6 +112,8 @@ def test_a_notebook_in_another_language_has_nothing_to_lint(tmp_path: Path) -> N
     (b'{"cells": [7]}', "not a valid notebook: cell 1 is not an object"),
     (b'{"cells": "\xff"}', "not a valid notebook: not UTF-8 (byte 0xff at offset 11)"),
     (b"[" * 100_000, "nested too deeply"),
+    (b'{"cells": [], "n": ' + b"9" * 5000 + b"}",
+     "not a valid notebook: Exceeds the limit (4300 digits) for integer string conversion"),
 ])
 def test_malformed_notebooks_are_one_line(tmp_path: Path, data: bytes, problem: str) -> None:
     found, error = lint_nb(tmp_path, data)
