@@ -55,10 +55,10 @@ def collect(paths: list[Path], config: Config) -> Inputs:
     walk_masks = mask_suffixes(explicit=False)
     named_masks = mask_suffixes(explicit=True)
     for p in paths:
-        if p in seen or config.is_excluded(p):
-            continue
-        if p.is_dir():
+        if p.is_dir():  # a directory named on the command line is walked even if excluded
             _walk(p, config, inputs, seen, walk_masks)
+            continue
+        if p in seen or config.is_excluded(p):
             continue
         seen.add(p)
         suffix = p.suffix.lower()
