@@ -276,12 +276,3 @@ def test_a_file_that_changes_while_read_is_an_error(
     with pytest.raises(FileProblem, match=f"file {word} while it was read"):
         read_regular(str(path), limit=MAX_SOURCE_BYTES, what="Python source")
 
-
-def test_a_directory_named_on_the_command_line_is_walked_even_if_excluded(tree: Path) -> None:
-    (tree / "pyproject.toml").write_text('[tool.maskcheck]\nexclude = ["gen*"]\n')
-    gen = tree / "generated"
-    gen.mkdir()
-    (gen / "model.py").write_text(GOOD)
-    r = cli("generated", cwd=tree)
-    assert "generated/model.py" + FINDING in r.stdout
-    assert "generated" not in cli(".", cwd=tree).stdout  # walked into from above: excluded
