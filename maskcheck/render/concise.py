@@ -10,13 +10,17 @@ from maskcheck.model import Finding, Report
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def printable_path(path: str) -> str:
-    """A file name on one line: control and invisible format characters (a newline, an ANSI
-    escape, a right-to-left override) escaped, and the bytes of a non-UTF-8 name as `\\xff`."""
-    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+def printable(text: str) -> str:
+    """`text` on one line: control and invisible format characters (a newline, an ANSI escape,
+    a right-to-left override) escaped as Python does (`\\n`, `\\x1b`, `\\u202e`)."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _ESCAPES.get(c) or repr(c)[1:-1] for c in text)
+
+
+def printable_path(path: str) -> str:
+    """A file name on one line, the bytes of a non-UTF-8 name shown as `\\xff`."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 def location(path: str, f: Finding) -> str:
@@ -41,7 +45,8 @@ def finding_lines(report: Report) -> list[str]:
             out.append(f"{location(path, f)}: {f.code} {f.message}")
         for tensor in file.tensors:
             for f in tensor.findings:
-                out.append(f"{path}:{tensor.name}: {f.code} {f.message}")
+                # a tensor name comes from the file's header: anything can be in it
+                out.append(f"{path}:{printable(tensor.name)}: {f.code} {f.message}")
     return out
 
 

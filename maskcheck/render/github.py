@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from maskcheck.model import Finding, Report, Severity
-from maskcheck.render.concise import location, printable_path
+from maskcheck.render.concise import location, printable, printable_path
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -18,7 +18,8 @@ def _escape_property(text: str) -> str:
 
 def _command(level: str, message: str, **props: object) -> str:
     fields = ",".join(f"{k}={_escape_property(str(v))}" for k, v in props.items() if v is not None)
-    return f"::{level} {fields}::{_escape_data(message)}"
+    # printable(): no raw escape sequence from a file name or a tensor name reaches the log
+    return f"::{level} {fields}::{_escape_data(printable(message))}"
 
 
 def _finding(path: str, f: Finding, where: str) -> str:
@@ -33,9 +34,9 @@ def _finding(path: str, f: Finding, where: str) -> str:
 def render(report: Report) -> str:
     out: list[str] = []
     for file in report.files:
-        # GitHub escapes a newline in a property as %0A; undecodable bytes cannot match a
-        # file of the repository anyway, so they are shown as \xff.
-        path = printable_path(file.path) if "\n" not in file.path else file.path
+        # A newline in a file name goes out as %0A (GitHub's escape, so the annotation still
+        # finds the file); other control characters and undecodable bytes are shown escaped.
+        path = "\n".join(printable_path(part) for part in file.path.split("\n"))
         if file.error is not None:
             out.append(_command("error", f"{printable_path(file.path)}: {file.error}",
                                 file=path, title="maskcheck (unreadable)"))
@@ -43,5 +44,5 @@ def render(report: Report) -> str:
             out.append(_finding(path, f, location(printable_path(file.path), f)))
         for t in file.tensors:
             for f in t.findings:
-                out.append(_finding(path, f, f"{printable_path(file.path)}:{t.name}"))
+                out.append(_finding(path, f, f"{printable_path(file.path)}:{printable(t.name)}"))
     return "".join(line + "\n" for line in out)

@@ -276,3 +276,17 @@ def test_a_file_that_changes_while_read_is_an_error(
     with pytest.raises(FileProblem, match=f"file {word} while it was read"):
         read_regular(str(path), limit=MAX_SOURCE_BYTES, what="Python source")
 
+
+
+def test_a_hostile_tensor_name_cannot_break_a_line_or_reach_the_terminal(tree: Path) -> None:
+    pytest.importorskip("numpy")
+    name = "bad\nname\x1b[31m\u202e"
+    header = json.dumps({name: {"dtype": "BOOL", "shape": [4, 4], "data_offsets": [0, 16]}})
+    rows = b"".join(bytes([1] * (i + 1) + [0] * (3 - i)) for i in range(4))  # tril: causal
+    (tree / "evil.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header.encode() + rows)
+    for fmt in ("concise", "github"):
+        out = cli("--format", fmt, "evil.safetensors", cwd=tree).stdout
+        assert "\x1b" not in out and "\u202e" not in out
+        (line,) = [line for line in out.splitlines() if "MC050" in line]
+        assert "bad\\nname\\x1b[31m\\u202e: MC050" in line
