@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,22 @@ def real(path: Path) -> Path:
     3.11 (RuntimeError), a symlink loop (`ln -s loop.py loop.py`) does not raise: it is left
     as it is, and reported when the file is read."""
     return Path(os.path.realpath(path))
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode
+    except (OSError, ValueError):  # Path.is_dir() raises PermissionError on Python 3.11
+        return 0
+
+
+def is_directory(path: Path) -> bool:
+    """`Path.is_dir()` that is False, not an exception, where a directory cannot be searched."""
+    return stat.S_ISDIR(_mode(path))
+
+
+def is_regular_file(path: Path) -> bool:
+    return stat.S_ISREG(_mode(path))
 
 
 # A pyproject.toml bigger than this is not a project file.
@@ -163,11 +180,11 @@ def load(pyproject: Path) -> Config | None:
 def discover(start: Path) -> Config:
     """The nearest pyproject.toml holding [tool.maskcheck], from `start` up to the root."""
     here = real(start)
-    if not here.is_dir():
+    if not is_directory(here):
         here = here.parent
     for directory in (here, *here.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
+        if is_regular_file(candidate):
             found = load(candidate)
             if found is not None:
                 return found

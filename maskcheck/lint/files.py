@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maskcheck.config import DEFAULT_EXCLUDE, Config
+from maskcheck.config import DEFAULT_EXCLUDE, Config, is_directory
 from maskcheck.errors import UsageError
 from maskcheck.io.rawfile import os_error_problem
 from maskcheck.lint.reading import NOTEBOOK_SUFFIXES, regular_file_problem, source_kind
@@ -48,14 +48,14 @@ def collect(paths: list[Path], config: Config) -> Inputs:
     a path that cannot be checked (symlink loop, broken link, FIFO, device, unreadable
     directory) is a problem line for that path, and the others are still collected."""
     for p in paths:
-        if not os.path.lexists(p):
+        if _names_nothing(p):
             raise UsageError(f"{p}: no such file or directory")
     inputs = Inputs()
     seen: set[Path] = set()
     walk_masks = mask_suffixes(explicit=False)
     named_masks = mask_suffixes(explicit=True)
     for p in paths:
-        if p.is_dir():  # a directory named on the command line is walked even if excluded
+        if is_directory(p):
             _walk(p, config, inputs, seen, walk_masks)
             continue
         if p in seen or config.is_excluded(p):
@@ -73,6 +73,18 @@ def collect(paths: list[Path], config: Config) -> Inputs:
                     f"({', '.join(sorted(named_masks | NOTEBOOK_SUFFIXES))})")
             )
     return inputs
+
+
+def _names_nothing(path: Path) -> bool:
+    """True only when no file or link is there; a path under a directory that cannot be
+    searched is not 'missing' (it is reported as permission denied when it is checked)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _add_checked(inputs: Inputs, file: Path, into: list[Path], what: str) -> None:

@@ -170,6 +170,7 @@ def test_an_unreadable_directory_or_file_fails_the_gate(tree: Path) -> None:
     try:
         r = cli(".", cwd=tree, unprivileged=True)
         named = cli("secret.py", "good.py", cwd=tree, unprivileged=True)
+        inside = cli("locked/hidden.py", "good.py", cwd=tree, unprivileged=True)
     finally:
         os.chmod(locked, 0o755)
         os.chmod(tree / "secret.py", 0o644)
@@ -181,6 +182,10 @@ def test_an_unreadable_directory_or_file_fails_the_gate(tree: Path) -> None:
     assert "good.py" + FINDING in r.stdout
     assert "could not be read" in r.stdout.splitlines()[-1]
     assert named.returncode == 2 and "good.py" + FINDING in named.stdout
+    # a file in a directory that cannot be searched is not "missing": one line, the rest checked
+    assert inside.returncode == 2 and "good.py" + FINDING in inside.stdout
+    assert _lines_about(inside.stdout, "locked/hidden.py") == [
+        "locked/hidden.py: error: permission denied (cannot open for reading)"]
 
 
 def test_a_non_utf8_pyproject_is_one_line(tree: Path) -> None:
