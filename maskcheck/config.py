@@ -46,7 +46,12 @@ class Config:
             return file.as_posix()
 
     def is_excluded(self, file: Path) -> bool:
-        rel = self.relative(file)
+        if not self.exclude:  # no realpath per file (O(depth) each) when there is nothing to match
+            return False
+        return self.excluded_relative(self.relative(file))
+
+    def excluded_relative(self, rel: str) -> bool:
+        """Whether a path relative to the config's directory (posix) matches `exclude`."""
         parts = rel.split("/")
         return any(
             fnmatch.fnmatch(rel, pat) or any(fnmatch.fnmatch(p, pat) for p in parts)

@@ -95,22 +95,44 @@ def _add_checked(inputs: Inputs, file: Path, into: list[Path], what: str) -> Non
         inputs.problems.append((file, problem))
 
 
+def _listing(directory: Path) -> tuple[list[str], list[str]]:
+    """(subdirectories, other entries) of one directory, sorted; OSError when unlistable.
+    A symlink to a directory is in neither: it is not followed, so no loop can form."""
+    dirs: list[str] = []
+    others: list[str] = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:  # a symlink loop: reported when the entry is checked
+                is_dir = False
+            if not is_dir:
+                others.append(entry.name)
+            elif not entry.is_symlink():
+                dirs.append(entry.name)
+    return sorted(dirs), sorted(others)
+
+
 def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
           masks: frozenset[str]) -> None:
-    """Files under `top` with a suffix `check` reads; directory symlinks are not followed
-    (no loop can form), and a directory that cannot be listed is a problem line."""
-    def unlisted(e: OSError) -> None:
-        where = Path(e.filename) if e.filename else top
-        inputs.problems.append((where, f"cannot list directory: {os_error_problem(e)}"))
+    """Files under `top` with a suffix `check` reads, in `os.walk` top-down order, without
+    recursion (os.walk recurses on Python 3.11: a tree 1,000 levels deep raised
+    RecursionError); a directory that cannot be listed is a problem line.
 
-    for dirpath, dirnames, filenames in os.walk(top, onerror=unlisted):
-        here = Path(dirpath)
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in DEFAULT_EXCLUDE and not d.endswith(".egg-info")
-            and not config.is_excluded(here / d)
-        )
-        for name in sorted(filenames):
+    Paths for `exclude` are relative to the config's directory, built one name at a time
+    from `top`'s (no directory symlink is entered, so they are the real paths): resolving
+    every path again would cost O(depth) system calls per file.
+    """
+    top_rel = config.relative(top) if config.exclude else ""
+    stack = [(top, "" if top_rel == "." else top_rel)]
+    while stack:
+        here, rel = stack.pop()
+        try:
+            dirnames, filenames = _listing(here)
+        except OSError as e:
+            inputs.problems.append((here, f"cannot list directory: {os_error_problem(e)}"))
+            continue
+        for name in filenames:
             file = here / name
             suffix = file.suffix.lower()
             if suffix in SOURCE_SUFFIXES or suffix in NOTEBOOK_SUFFIXES:
@@ -119,8 +141,17 @@ def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
                 into, what = inputs.masks, "mask file"
             else:
                 continue
-            if file in seen or config.is_excluded(file):
+            if file in seen or _excluded(config, rel, name):
                 continue
             seen.add(file)
             inputs.walked.add(file)
             _add_checked(inputs, file, into, what)
+        stack.extend(reversed([
+            (here / d, f"{rel}/{d}" if rel else d) for d in dirnames
+            if d not in DEFAULT_EXCLUDE and not d.endswith(".egg-info")
+            and not _excluded(config, rel, d)
+        ]))
+
+
+def _excluded(config: Config, rel: str, name: str) -> bool:
+    return bool(config.exclude) and config.excluded_relative(f"{rel}/{name}" if rel else name)

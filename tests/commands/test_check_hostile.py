@@ -67,18 +67,27 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
 
 
 def snapshot(top: Path) -> dict[str, tuple[str, int]]:
-    """sha256 and mtime of every regular file under `top` (special files are not opened)."""
+    """sha256 and mtime of every regular file under `top` (special files are not opened).
+    Iterative: os.walk recurses, and one test builds a tree deeper than the recursion limit."""
     out: dict[str, tuple[str, int]] = {}
-    for dirpath, _, names in os.walk(top):
-        for name in names:
-            path = os.path.join(dirpath, name)
+    stack = [str(top)]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
             try:
-                st = os.stat(path)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                st = os.stat(entry.path)
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_mode & 0o444:
-                with open(path, "rb") as f:
-                    out[path] = (hashlib.sha256(f.read()).hexdigest(), st.st_mtime_ns)
+                with open(entry.path, "rb") as f:
+                    out[entry.path] = (hashlib.sha256(f.read()).hexdigest(), st.st_mtime_ns)
     return out
 
 
@@ -301,3 +310,22 @@ def test_a_hostile_tensor_name_cannot_break_a_line_or_reach_the_terminal(tree: P
         assert "\x1b" not in out and "\u202e" not in out
         (line,) = [line for line in out.splitlines() if "MC050" in line]
         assert "bad\\nname\\x1b[31m\\u202e: MC050" in line
+
+
+@pytest.mark.parametrize("config", ["", '[tool.maskcheck]\nexclude = ["skipped"]\n'])
+def test_a_tree_deeper_than_the_recursion_limit(tree: Path, config: str) -> None:
+    # os.walk recursed on Python 3.11: a tree 1,000 levels deep was an internal error. The
+    # run gets a recursion limit of 150 so that 300 levels show it (a tree past the default
+    # limit would be too deep for pytest's own recursive clean-up of tmp_path).
+    if config:
+        (tree / "pyproject.toml").write_text(config)
+    depth = 300
+    for level in range(1, depth + 1):
+        os.mkdir(tree / ("d/" * level))
+    (tree / ("d/" * depth) / "deep.py").write_text(GOOD)
+    script = ("import sys; sys.setrecursionlimit(150); from maskcheck.cli import main; "
+              "raise SystemExit(main(['check', '.']))")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd=tree, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert ("d/" * depth) + "deep.py" + FINDING in r.stdout
