@@ -176,6 +176,8 @@ def load(pyproject: Path) -> Config | None:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{pyproject}: not valid TOML: {e}") from None
+    except (RecursionError, MemoryError):  # tomllib recurses into nested arrays and tables
+        raise ConfigError(f"{pyproject}: not valid TOML: nested too deeply") from None
     tool = data.get("tool", {})
     if not isinstance(tool, dict) or "maskcheck" not in tool:
         return None

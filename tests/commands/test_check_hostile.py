@@ -205,6 +205,16 @@ def test_a_non_utf8_pyproject_is_one_line(tree: Path) -> None:
     assert "pyproject.toml: not valid TOML: not UTF-8 (byte 0xff at offset 37)" in r.stderr
 
 
+@pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000,
+                                   "{a=" * 50_000 + "1" + "}" * 50_000])
+def test_a_pyproject_nested_too_deeply_is_one_line(tree: Path, value: str) -> None:
+    (tree / "pyproject.toml").write_text(f"[tool.maskcheck]\nx = {value}\n")
+    r = cli("good.py", cwd=tree)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.endswith("pyproject.toml: not valid TOML: nested too deeply\n")
+    assert r.stderr.count("\n") == 1
+
+
 def test_a_fifo_pyproject_is_not_read(tree: Path) -> None:
     os.mkfifo(tree / "pyproject.toml")
     r = cli("good.py", cwd=tree)
