@@ -69,7 +69,8 @@ def _parses(text: str) -> bool:
 
 def python_lines(text: str) -> list[str]:
     """The lines of one code cell with IPython-only syntax replaced by `pass` (same count)."""
-    lines = text.split("\n")
+    # CRLF and CR-only cells split like LF ones, so cell lines match the linter's lines
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     first = next((ln for ln in lines if ln.strip()), "")
     magic = _CELL_MAGIC.match(first)
     if magic is not None:

@@ -68,6 +68,13 @@ def test_ipython_syntax_is_neutralised_not_parsed(tmp_path: Path) -> None:
     assert found == [(1, 8, "MC501")]
 
 
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_crlf_and_cr_cells_keep_their_line_numbers(tmp_path: Path, newline: str) -> None:
+    data = notebook(code(newline.join(["import torch", "x = 1", FILL])), code(FILL))
+    found, _ = lint_nb(tmp_path, data)
+    assert found == [(1, 3, "MC501"), (2, 1, "MC501")]
+
+
 def test_plain_python_continuation_lines_are_left_alone() -> None:
     text = "msg = ('%s'\n       % name)\nok = (a\n      != b)"
     assert python_lines(text) == text.split("\n")
