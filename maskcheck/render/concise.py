@@ -40,7 +40,7 @@ def finding_lines(report: Report) -> list[str]:
     for file in report.files:
         path = printable_path(file.path)
         if file.error is not None:
-            out.append(f"{path}: error: {file.error}")
+            out.append(f"{path}: error: {printable(file.error)}")
         for f in sorted(file.findings, key=_order):
             out.append(f"{location(path, f)}: {f.code} {f.message}")
         for tensor in file.tensors:
@@ -76,7 +76,7 @@ def summary_line(report: Report) -> str:
 def render(report: Report, *, statistics: bool = False) -> str:
     lines = statistics_lines(report) if statistics else finding_lines(report)
     if statistics:
-        lines = [f"{printable_path(f.path)}: error: {f.error}"
+        lines = [f"{printable_path(f.path)}: error: {printable(f.error)}"
                  for f in report.files if f.error] + lines
     lines.append(summary_line(report))
     return "\n".join(lines) + "\n"
