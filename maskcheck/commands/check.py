@@ -43,7 +43,7 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     fail_on = parse_severity(opts.fail_on) if opts.fail_on else config.fail_on or Severity.ERROR
     api = parse_api(opts.api or config.api or "auto")
     inputs = collect(paths, config)
-    items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.sources]
+    items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.lintable()]
     reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
     files = [FileReport(path=str(p), error=why) for p, why in inputs.problems]
     files += [reports[path] for path, _ in items]

@@ -13,7 +13,12 @@ from pathlib import Path
 from maskcheck.config import DEFAULT_EXCLUDE, Config, is_directory
 from maskcheck.errors import UsageError
 from maskcheck.io.rawfile import os_error_problem
-from maskcheck.lint.reading import NOTEBOOK_SUFFIXES, regular_file_problem, source_kind
+from maskcheck.lint.reading import (
+    NOTEBOOK_SUFFIXES,
+    is_notebook,
+    regular_file_problem,
+    source_kind,
+)
 
 SOURCE_SUFFIXES = frozenset({".py", ".pyi"})
 MASK_SUFFIXES = frozenset({".safetensors", ".npy", ".npz"})
@@ -28,10 +33,18 @@ def torch_available() -> bool:
 
 @dataclass
 class Inputs:
-    sources: list[Path] = field(default_factory=list)
+    sources: list[Path] = field(default_factory=list)  # Python files only
+    # Kept apart from `sources` so that anything that rewrites Python files (--fix) never
+    # takes a notebook's JSON for Python.
+    notebooks: list[Path] = field(default_factory=list)
     masks: list[Path] = field(default_factory=list)
     problems: list[tuple[Path, str]] = field(default_factory=list)
     walked: set[Path] = field(default_factory=set)  # found in a directory, not named
+    order: dict[Path, int] = field(default_factory=dict)  # the order files were found in
+
+    def lintable(self) -> list[Path]:
+        """Python sources and notebooks, in the order they were found."""
+        return sorted([*self.sources, *self.notebooks], key=self.order.__getitem__)
 
 
 def mask_suffixes(*, explicit: bool) -> frozenset[str]:
@@ -64,7 +77,7 @@ def collect(paths: list[Path], config: Config) -> Inputs:
         suffix = p.suffix.lower()
         if suffix in SOURCE_SUFFIXES or suffix in NOTEBOOK_SUFFIXES or suffix == "":
             # pre-commit hands over extensionless scripts with a python shebang
-            _add_checked(inputs, p, inputs.sources, source_kind(p.name))
+            _add_checked(inputs, p, _source_list(inputs, p.name), source_kind(p.name))
         elif suffix in named_masks:
             _add_checked(inputs, p, inputs.masks, "mask file")
         else:
@@ -73,6 +86,10 @@ def collect(paths: list[Path], config: Config) -> Inputs:
                     f"({', '.join(sorted(named_masks | NOTEBOOK_SUFFIXES))})")
             )
     return inputs
+
+
+def _source_list(inputs: Inputs, name: str) -> list[Path]:
+    return inputs.notebooks if is_notebook(name) else inputs.sources
 
 
 def _names_nothing(path: Path) -> bool:
@@ -91,6 +108,7 @@ def _add_checked(inputs: Inputs, file: Path, into: list[Path], what: str) -> Non
     problem = regular_file_problem(str(file), what=what)
     if problem is None:
         into.append(file)
+        inputs.order[file] = len(inputs.order)
     else:
         inputs.problems.append((file, problem))
 
@@ -136,7 +154,7 @@ def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
             file = here / name
             suffix = file.suffix.lower()
             if suffix in SOURCE_SUFFIXES or suffix in NOTEBOOK_SUFFIXES:
-                into, what = inputs.sources, source_kind(name)
+                into, what = _source_list(inputs, name), source_kind(name)
             elif suffix in masks:
                 into, what = inputs.masks, "mask file"
             else:

@@ -183,3 +183,17 @@ def test_a_notebook_is_checked_without_torch_numpy_or_typer(tmp_path: Path) -> N
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.stdout.splitlines()[-1] == "MODULES 1 False False False", r.stderr
+
+
+def test_collect_keeps_notebooks_apart_from_python_sources(tmp_path: Path) -> None:
+    # whatever rewrites Python files (--fix) iterates `sources`: a notebook is JSON
+    from maskcheck.config import Config
+    from maskcheck.lint.files import collect
+
+    (tmp_path / "a.ipynb").write_bytes(notebook(code(FILL)))
+    (tmp_path / "b.py").write_text(FILL + "\n")
+    (tmp_path / "c.ipynb").write_bytes(notebook(code(FILL)))
+    inputs = collect([tmp_path], Config())
+    assert inputs.sources == [tmp_path / "b.py"]
+    assert inputs.notebooks == [tmp_path / "a.ipynb", tmp_path / "c.ipynb"]
+    assert [p.name for p in inputs.lintable()] == ["a.ipynb", "b.py", "c.ipynb"]
