@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +41,17 @@ class Config:
 
     def relative(self, file: Path) -> str:
         try:
-            return file.resolve().relative_to(self.root.resolve()).as_posix()
+            return real(file).relative_to(real(self.root)).as_posix()
         except ValueError:
             return file.as_posix()
 
     def is_excluded(self, file: Path) -> bool:
-        rel = self.relative(file)
+        if not self.exclude:  # no realpath per file (O(depth) each) when there is nothing to match
+            return False
+        return self.excluded_relative(self.relative(file))
+
+    def excluded_relative(self, rel: str) -> bool:
+        """Whether a path relative to the config's directory (posix) matches `exclude`."""
         parts = rel.split("/")
         return any(
             fnmatch.fnmatch(rel, pat) or any(fnmatch.fnmatch(p, pat) for p in parts)
@@ -59,6 +66,33 @@ class Config:
             if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern):
                 out.extend(codes)
         return tuple(out)
+
+
+def real(path: Path) -> Path:
+    """`path` with symlinks resolved as far as they go. Unlike `Path.resolve()` on Python
+    3.11 (RuntimeError), a symlink loop (`ln -s loop.py loop.py`) does not raise: it is left
+    as it is, and reported when the file is read."""
+    return Path(os.path.realpath(path))
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode
+    except (OSError, ValueError):  # Path.is_dir() raises PermissionError on Python 3.11
+        return 0
+
+
+def is_directory(path: Path) -> bool:
+    """`Path.is_dir()` that is False, not an exception, where a directory cannot be searched."""
+    return stat.S_ISDIR(_mode(path))
+
+
+def is_regular_file(path: Path) -> bool:
+    return stat.S_ISREG(_mode(path))
+
+
+# A pyproject.toml bigger than this is not a project file.
+MAX_PYPROJECT_BYTES = 4 << 20
 
 
 def _where(path: Path, key: str) -> str:
@@ -126,13 +160,24 @@ def load(pyproject: Path) -> Config | None:
     else:  # pragma: no cover
         import tomli as tomllib
 
+    from maskcheck.errors import FileProblem
+    from maskcheck.lint.reading import read_regular
+
     try:
-        with open(pyproject, "rb") as f:
-            data = tomllib.load(f)
+        raw = read_regular(str(pyproject), limit=MAX_PYPROJECT_BYTES, what="TOML file")
+    except FileProblem as e:
+        raise ConfigError(f"{pyproject}: could not read: {e.problem}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{pyproject}: not valid TOML: not UTF-8 (byte 0x{raw[e.start]:02x} "
+                          f"at offset {e.start})") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{pyproject}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"{pyproject}: could not read: {e.strerror or e}") from None
+    except (RecursionError, MemoryError):  # tomllib recurses into nested arrays and tables
+        raise ConfigError(f"{pyproject}: not valid TOML: nested too deeply") from None
     tool = data.get("tool", {})
     if not isinstance(tool, dict) or "maskcheck" not in tool:
         return None
@@ -141,12 +186,12 @@ def load(pyproject: Path) -> Config | None:
 
 def discover(start: Path) -> Config:
     """The nearest pyproject.toml holding [tool.maskcheck], from `start` up to the root."""
-    here = start.resolve()
-    if not here.is_dir():
+    here = real(start)
+    if not is_directory(here):
         here = here.parent
     for directory in (here, *here.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
+        if is_regular_file(candidate):
             found = load(candidate)
             if found is not None:
                 return found
@@ -158,5 +203,5 @@ def common_start(paths: list[Path]) -> Path:
 
     if not paths:
         return Path.cwd()
-    resolved = [str(p.resolve()) for p in paths]
+    resolved = [str(real(p)) for p in paths]
     return Path(os.path.commonpath(resolved))

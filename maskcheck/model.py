@@ -48,6 +48,7 @@ class Finding:
     line: int | None = None
     col: int | None = None
     tensor: str | None = None
+    cell: int | None = None  # a notebook's cell (1-based over all cells); `line` is in it
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -64,6 +65,8 @@ class Finding:
             out["col"] = self.col if self.col is not None else 0
         if self.tensor is not None:
             out["tensor"] = self.tensor
+        if self.cell is not None:
+            out["cell"] = self.cell
         return out
 
 

@@ -8,6 +8,7 @@ points try-repo at that. The hook's virtualenv installs maskcheck with its core 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,17 @@ BAD = (
     "    return scores + causal\n"
 )
 FIXED = BAD.replace("-1e9", "torch.finfo(scores.dtype).min").replace("diagonal=0", "diagonal=1")
+# Only a warning (MC501): pre-commit prints nothing for a passing hook, so this must fail.
+WARNING_ONLY = "def attend(scores, mask):\n    return scores.masked_fill(mask, -1e9)\n"
+NOTEBOOK = json.dumps({
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# attention\n"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["!pip install torch\n", "s = scores.masked_fill(mask, -1e9)"]},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+})
 
 pytestmark = pytest.mark.skipif(not PRE_COMMIT.exists(), reason="pre-commit not installed")
 
@@ -57,9 +69,12 @@ def _try_repo(hook_repo: Path, project: Path, hook: str) -> subprocess.Completed
     )
 
 
-def _project(tmp_path_factory: pytest.TempPathFactory, source: str) -> Path:
+def _project(tmp_path_factory: pytest.TempPathFactory, source: str,
+             **others: str) -> Path:
     project = tmp_path_factory.mktemp("project")
     (project / "model.py").write_text(source)
+    for name, text in others.items():
+        (project / name.replace("_", ".")).write_text(text)
     _git("init", "-q", cwd=project)
     _git("add", "-A", cwd=project)
     return project
@@ -79,6 +94,14 @@ def fixed_run(
     return _try_repo(hook_repo, _project(tmp_path_factory, FIXED), "maskcheck")
 
 
+@pytest.fixture(scope="module")
+def warning_run(
+    hook_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> subprocess.CompletedProcess[str]:
+    project = _project(tmp_path_factory, WARNING_ONLY, nb_ipynb=NOTEBOOK)
+    return _try_repo(hook_repo, project, "maskcheck")
+
+
 def test_manifest_validates() -> None:
     r = subprocess.run([str(PRE_COMMIT), "validate-manifest", str(ROOT / ".pre-commit-hooks.yaml")],
                        capture_output=True, text=True, timeout=120)
@@ -89,7 +112,7 @@ def test_first_hook_lints_python_sources() -> None:
     text = (ROOT / ".pre-commit-hooks.yaml").read_text()
     first = text.split("-   id:")[1]
     assert first.split()[0] == "maskcheck"
-    assert "types_or: [python, pyi]" in first and "entry: maskcheck check" in first
+    assert "types_or: [python, pyi, jupyter]" in first and "entry: maskcheck check" in first
     assert "minimum_pre_commit_version" in first
 
 
@@ -107,3 +130,14 @@ def test_fixed_file_passes_the_hook(fixed_run: subprocess.CompletedProcess[str])
     out = fixed_run.stdout + fixed_run.stderr
     assert fixed_run.returncode == 0, out
     assert "Passed" in out
+
+
+def test_a_warning_fails_the_hook_so_the_user_sees_it(
+    warning_run: subprocess.CompletedProcess[str],
+) -> None:
+    out = warning_run.stdout + warning_run.stderr
+    assert warning_run.returncode == 1, out
+    assert "Failed" in out
+    assert "model.py:2:" in out and "MC501" in out
+    # notebooks are handed to the hook (types_or: jupyter) and located by cell
+    assert "nb.ipynb:cell 2:2:" in out

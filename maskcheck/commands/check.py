@@ -43,12 +43,38 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     fail_on = parse_severity(opts.fail_on) if opts.fail_on else config.fail_on or Severity.ERROR
     api = parse_api(opts.api or config.api or "auto")
     inputs = collect(paths, config)
-    items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.sources]
+    items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.lintable()]
     reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
     files = [FileReport(path=str(p), error=why) for p, why in inputs.problems]
     files += [reports[path] for path, _ in items]
-    files += [_analyze_mask(p, api, selection, config) for p in inputs.masks]
+    for p in inputs.masks:
+        walked = p in inputs.walked
+        if walked and is_torchscript(p):
+            continue
+        report = _analyze_mask(p, api, selection, config)
+        if walked and (report.error or "").startswith(REFUSED_PICKLE):
+            continue
+        files.append(report)
     return Report(files=files), fail_on
+
+
+# A .pt/.pth found by walking a directory is often not a mask at all: a TorchScript model
+# (`torch.jit.save`), or a pickled module or optimizer that torch.load(weights_only=True)
+# refuses to build. Neither can hold a mask maskcheck could read, so a directory walk skips
+# them (nothing is executed either way); named on the command line they are still errors.
+REFUSED_PICKLE = "refused by torch.load(weights_only=True)"
+
+
+def is_torchscript(path: Path) -> bool:
+    """A zip archive laid out by torch.jit.save (a `code/` folder and `constants.pkl`)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError):
+        return False
+    return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
 
 
 def _selection(config: Config, opts: CheckOptions) -> Selection:
@@ -105,6 +131,18 @@ def render(report: Report, fmt: str, *, statistics: bool) -> str:
     return concise.render(report, statistics=statistics)
 
 
+def write_output(text: str) -> None:
+    """Write to stdout in its encoding, escaping what it cannot hold (`\\xe9` for `é` with
+    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name."""
+    stream = sys.stdout
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    stream.flush()
+
+
 def run_check(
     paths: list[Path], opts: CheckOptions, *, fmt: str = "concise", statistics: bool = False,
     exit_zero: bool = False,
@@ -115,7 +153,7 @@ def run_check(
     if not paths:
         raise UsageError("check needs at least one PATH")
     report, fail_on = build_report(paths, opts)
-    sys.stdout.write(render(report, fmt, statistics=statistics))
+    write_output(render(report, fmt, statistics=statistics))
     code = report.exit_code(fail_on)
     return 0 if exit_zero and code == 1 else code
 

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from maskcheck.errors import UsageError
 from maskcheck.model import Severity
-from maskcheck.rules.registry import RuleInfo, all_rules, get_rule
+from maskcheck.rules.registry import RuleInfo, all_rules, rules_for
 
 _SEVERITY_STYLE = {
     Severity.ERROR: "bold red",
@@ -169,13 +169,15 @@ def explain_command(
 ) -> int:
     """Explain one rule, with a bad and a good example."""
     fmt = _check_format(output_format)
-    rule = get_rule(code)
-    if rule is None:
+    # A name shared by several codes (causal-flag-with-mask: MC060 and MC506) explains each.
+    rules = rules_for(code)
+    if not rules:
         raise UsageError(f"unknown rule {code!r} (see `maskcheck rules`)")
     if fmt == "json":
-        sys.stdout.write(json.dumps(rule_json(rule), indent=2) + "\n")
+        doc: Any = rule_json(rules[0]) if len(rules) == 1 else [rule_json(r) for r in rules]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
-    markdown = explanation_markdown(rule)
+    markdown = "\n\n".join(explanation_markdown(rule) for rule in rules)
     console = _console()
     if console.no_color or not console.is_terminal:
         from maskcheck.render.console import write_safely

@@ -8,10 +8,13 @@ turns every way a file can be bad into one FileProblem with a one-line reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from maskcheck.errors import FileProblem
-from maskcheck.io.base import LoadedFile, TensorSource
 from maskcheck.io.paths import SUFFIXES, TORCH_SUFFIXES, expand_paths, suffix_of
+
+if TYPE_CHECKING:
+    from maskcheck.io.base import LoadedFile, TensorSource
 
 __all__ = [
     "SUFFIXES",
@@ -22,6 +25,16 @@ __all__ = [
     "expand_paths",
     "open_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # `maskcheck.io.base` imports numpy: loaded on first use, so that `check` of a .py (which
+    # reads through `maskcheck.io.rawfile`) stays numpy-free.
+    if name in ("LoadedFile", "TensorSource"):
+        from maskcheck.io import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_file(path: str, keys: Sequence[str] | None = None) -> LoadedFile:

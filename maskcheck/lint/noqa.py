@@ -1,6 +1,7 @@
 """Inline suppressions: `# noqa`, `# noqa: MC501,MC503`, `# maskcheck: ignore[MC501]`.
 
-Codes and rule names are both accepted; a bare `# noqa` silences every rule on its line.
+Codes and rule names are both accepted (a name silences every code that carries it); a bare
+`# noqa` silences every rule on its line.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from maskcheck.rules.registry import get_rule
+from maskcheck.rules.registry import rules_for
 
 ALL = frozenset({"*"})
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[\w\-]+(?:[ \t]*,[ \t]*[\w\-]+)*))?", re.I)
@@ -21,8 +22,11 @@ def _codes(text: str) -> frozenset[str]:
         key = part.strip()
         if not key:
             continue
-        rule = get_rule(key)
-        out.add(rule.code if rule is not None else key.upper())
+        rules = rules_for(key)
+        if rules:
+            out.update(r.code for r in rules)
+        else:
+            out.add(key.upper())
     return frozenset(out)
 
 

@@ -8,8 +8,10 @@ import os
 import re
 from collections.abc import Sequence
 
+from maskcheck.errors import FileProblem
 from maskcheck.lint.checks import FLOAT_STRING, LARGE_LITERAL, hot_lines, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
+from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
 
@@ -155,20 +157,24 @@ def _char_col(lines: list[str], line: int, byte_col: int) -> int:
 def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     report = FileReport(path=path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        report.error = f"could not read: {e.strerror or e}"
+        data = read_regular(path, limit=source_limit(path), what=source_kind(path))
+    except FileProblem as e:
+        report.error = e.problem
         return report
     try:
+        if is_notebook(path):
+            from maskcheck.lint.notebook import lint_notebook
+
+            report.findings = lint_notebook(data, enabled, path=path, lint=lint_source)
+            return report
         source = decode_source(data)
         report.findings = lint_source(source, enabled, path=path)
-    except ValueError as e:  # undecodable, NUL bytes
+    except ValueError as e:  # undecodable, NUL bytes, a malformed notebook
         report.error = str(e)
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
         report.error = f"syntax error{where}: {e.msg}"
-    except RecursionError:
+    except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     return report
 

@@ -2,22 +2,51 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from maskcheck.model import Finding, Report
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` on one line: control and invisible format characters (a newline, an ANSI escape,
+    a right-to-left override) escaped as Python does (`\\n`, `\\x1b`, `\\u202e`)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _ESCAPES.get(c) or repr(c)[1:-1] for c in text)
+
+
+def printable_path(path: str) -> str:
+    """A file name on one line, the bytes of a non-UTF-8 name shown as `\\xff`."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
+
+
+def location(path: str, f: Finding) -> str:
+    """`path:line:col`, `notebook.ipynb:cell N:line:col`, or the path alone."""
+    if f.line is None:
+        return path
+    cell = f"cell {f.cell}:" if f.cell is not None else ""
+    return f"{path}:{cell}{f.line}:{f.col or 1}"
+
+
+def _order(f: Finding) -> tuple[int, int, int, str]:
+    return (f.cell or 0, f.line or 0, f.col or 0, f.code)
 
 
 def finding_lines(report: Report) -> list[str]:
     out: list[str] = []
     for file in report.files:
+        path = printable_path(file.path)
         if file.error is not None:
-            out.append(f"{file.path}: error: {file.error}")
-        for f in sorted(file.findings, key=lambda f: (f.line or 0, f.col or 0, f.code)):
-            where = f"{file.path}:{f.line}:{f.col or 1}" if f.line is not None else file.path
-            out.append(f"{where}: {f.code} {f.message}")
+            out.append(f"{path}: error: {printable(file.error)}")
+        for f in sorted(file.findings, key=_order):
+            out.append(f"{location(path, f)}: {f.code} {f.message}")
         for tensor in file.tensors:
             for f in tensor.findings:
-                out.append(f"{file.path}:{tensor.name}: {f.code} {f.message}")
+                # a tensor name comes from the file's header: anything can be in it
+                out.append(f"{path}:{printable(tensor.name)}: {f.code} {f.message}")
     return out
 
 
@@ -47,6 +76,7 @@ def summary_line(report: Report) -> str:
 def render(report: Report, *, statistics: bool = False) -> str:
     lines = statistics_lines(report) if statistics else finding_lines(report)
     if statistics:
-        lines = [f"{f.path}: error: {f.error}" for f in report.files if f.error] + lines
+        lines = [f"{printable_path(f.path)}: error: {printable(f.error)}"
+                 for f in report.files if f.error] + lines
     lines.append(summary_line(report))
     return "\n".join(lines) + "\n"

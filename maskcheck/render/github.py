@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from maskcheck.model import Finding, Report, Severity
+from maskcheck.render.concise import location, printable, printable_path
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -17,24 +18,31 @@ def _escape_property(text: str) -> str:
 
 def _command(level: str, message: str, **props: object) -> str:
     fields = ",".join(f"{k}={_escape_property(str(v))}" for k, v in props.items() if v is not None)
-    return f"::{level} {fields}::{_escape_data(message)}"
+    # printable(): no raw escape sequence from a file name or a tensor name reaches the log
+    return f"::{level} {fields}::{_escape_data(printable(message))}"
 
 
 def _finding(path: str, f: Finding, where: str) -> str:
+    # A notebook's line is a line of a cell, not of the .ipynb file: the annotation goes on
+    # the file and the message says where.
+    in_file = f.cell is None
     return _command(_LEVEL[f.severity], f"{where}: {f.code} {f.message}",
-                    file=path, line=f.line, col=f.col, title=f"maskcheck ({f.code})")
+                    file=path, line=f.line if in_file else None,
+                    col=f.col if in_file else None, title=f"maskcheck ({f.code})")
 
 
 def render(report: Report) -> str:
     out: list[str] = []
     for file in report.files:
+        # A newline in a file name goes out as %0A (GitHub's escape, so the annotation still
+        # finds the file); other control characters and undecodable bytes are shown escaped.
+        path = "\n".join(printable_path(part) for part in file.path.split("\n"))
         if file.error is not None:
-            out.append(_command("error", f"{file.path}: {file.error}", file=file.path,
-                                title="maskcheck (unreadable)"))
-        for f in sorted(file.findings, key=lambda f: (f.line or 0, f.col or 0)):
-            where = f"{file.path}:{f.line}:{f.col}" if f.line is not None else file.path
-            out.append(_finding(file.path, f, where))
+            out.append(_command("error", f"{printable_path(file.path)}: {file.error}",
+                                file=path, title="maskcheck (unreadable)"))
+        for f in sorted(file.findings, key=lambda f: (f.cell or 0, f.line or 0, f.col or 0)):
+            out.append(_finding(path, f, location(printable_path(file.path), f)))
         for t in file.tensors:
             for f in t.findings:
-                out.append(_finding(file.path, f, f"{file.path}:{t.name}"))
+                out.append(_finding(path, f, f"{printable_path(file.path)}:{printable(t.name)}"))
     return "".join(line + "\n" for line in out)

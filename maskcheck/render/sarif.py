@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from maskcheck.model import Finding, Report, Severity
 from maskcheck.rules.registry import all_rules
@@ -27,26 +29,36 @@ def _rule(info: Any) -> dict[str, Any]:
 
 
 def _uri(path: str) -> str:
+    """A URI reference (RFC 3986): relative paths percent-encoded byte by byte (spaces,
+    `%`, `#`, `?`, `:`, newlines, non-ASCII and undecodable names), absolute ones as file URIs."""
     p = Path(path)
-    return p.as_posix() if not p.is_absolute() else p.as_uri()
+    if p.is_absolute():
+        return p.as_uri()  # percent-encodes the file system bytes
+    return quote(os.fsencode(p.as_posix()), safe="/")
 
 
 def _result(f: Finding, path: str, index: dict[str, int], tensor: str | None) -> dict[str, Any]:
-    region: dict[str, int] = {"startLine": f.line if f.line is not None else 1}
-    if f.line is not None:
-        region["startColumn"] = f.col or 1
-    location: dict[str, Any] = {
-        "physicalLocation": {"artifactLocation": {"uri": _uri(path)}, "region": region},
-    }
+    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(path)}}
+    location: dict[str, Any] = {"physicalLocation": physical}
+    text = f.message if tensor is None else f"{tensor}: {f.message}"
+    result: dict[str, Any] = {"ruleId": f.code, "ruleIndex": index[f.code],
+                              "level": _LEVEL[f.severity]}
+    if f.cell is not None:
+        # A notebook: the line is in a cell, not in the .ipynb JSON, so no region; the cell
+        # is a logical location and the message says where.
+        text = f"cell {f.cell}, line {f.line}: {text}"
+        location["logicalLocations"] = [{"name": f"cell {f.cell}", "kind": "module"}]
+        result["properties"] = {"cell": f.cell, "line": f.line, "column": f.col or 1}
+    else:
+        region: dict[str, int] = {"startLine": f.line if f.line is not None else 1}
+        if f.line is not None:
+            region["startColumn"] = f.col or 1
+        physical["region"] = region
     if tensor is not None:
         location["logicalLocations"] = [{"name": tensor, "kind": "variable"}]
-    return {
-        "ruleId": f.code,
-        "ruleIndex": index[f.code],
-        "level": _LEVEL[f.severity],
-        "message": {"text": f.message if tensor is None else f"{tensor}: {f.message}"},
-        "locations": [location],
-    }
+    result["message"] = {"text": text}
+    result["locations"] = [location]
+    return result
 
 
 def render(report: Report, version: str) -> dict[str, Any]:

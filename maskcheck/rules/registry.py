@@ -65,6 +65,19 @@ def all_rules() -> list[RuleInfo]:
     return sorted(_RULES.values(), key=lambda r: r.code)
 
 
+def rules_for(code_or_name: str) -> list[RuleInfo]:
+    """The rule with this code, or every rule with this name, by code.
+
+    Names are not unique across rule kinds: MC060 (a call seen at runtime) and MC506 (the same
+    mistake in source) are both `causal-flag-with-mask`, so a name stands for all its codes.
+    """
+    _load()
+    key = code_or_name.strip()
+    if key.upper() in _RULES:
+        return [_RULES[key.upper()]]
+    return sorted((r for r in _RULES.values() if r.name == key.lower()), key=lambda r: r.code)
+
+
 def get_rule(code_or_name: str) -> RuleInfo | None:
     _load()
     key = code_or_name.strip()

@@ -219,7 +219,7 @@ def test_other_suffix_named_explicitly_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello")
     r = cli(str(path))
-    assert r.returncode == 2 and "not a Python source or a mask file" in r.stdout
+    assert r.returncode == 2 and "not a Python source, notebook or mask file" in r.stdout
 
 
 def test_fixture_tree_through_cli() -> None:
