@@ -60,13 +60,13 @@ def padding_with_attn_mask(
             fresh = empty & ~np.broadcast_to(alone, empty.shape)
             L = ak.shape[2]
             # In self-attention (L == S) a query at a padded position is a pad token: its
-            # empty row is expected (warning); a real token's empty row is an error.
+            # empty row is expected (info, analysis.padquery); a real token's is an error.
             padded_query = np.zeros_like(fresh)
             if s_len == L:
                 padded_query |= ~pk[:, None, :]
             for rows, severity, what in (
                 (fresh & ~padded_query, info.severity, "query row(s) of real tokens"),
-                (fresh & padded_query, Severity.WARNING, "padded query row(s)"),
+                (fresh & padded_query, Severity.INFO, "pad query row(s)"),
             ):
                 new = np.argwhere(rows)
                 if not new.size:

@@ -75,9 +75,14 @@ class Inference:
     inverted: bool = False  # values contradict expected strongly (MC010)
     masked_values: list[float] = field(default_factory=list)
     padding_role: bool = False
+    # Per flat row: the query is a pad position (analysis.padquery); None when not decided
+    # (padding-role masks, no reading).
+    pad_queries: np.ndarray | None = None
 
 
-def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
+def infer(s: MaskSummary, *, api: str = "auto", real_keys: np.ndarray | None = None) -> Inference:
+    """`real_keys`: an optional companion (N, S) bool, True = real token, from the same call
+    or file (the key padding / HF attention mask): its pad positions are pad queries."""
     hint = name_hint(s.name)
     declared = api if api != "auto" else None
     eff_api = declared or (hint.api if hint and hint.api != "auto" else "auto")
@@ -116,11 +121,50 @@ def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
         elif convention == expected:
             evidence.append(f"{expected_from} agrees: {expected}")
     tags, params = (chosen.tags, chosen.params) if chosen else ([], {})
+    pad_queries = None
+    if chosen is not None and not padding_role and len(s.shape) >= 2:
+        pad_queries = _pad_queries(s, chosen, real_keys)
+        if pad_queries.any():
+            params = dict(params)
+            params["pad_queries"] = _pad_query_lists(s, pad_queries)
     return Inference(
         convention, confidence, role, tags, params, evidence, eff_api, kind,
         reading=chosen, other=other, expected=expected, expected_from=expected_from,
         inverted=inverted, masked_values=masked_values, padding_role=padding_role,
+        pad_queries=pad_queries,
     )
+
+
+def own_key_kept(s: MaskSummary, r: Reading) -> np.ndarray | None:
+    """Per flat row: does the query keep its own key (column i + S - L)? None if S < L."""
+    if s.cols < s.matrix_rows:
+        return None
+    d = s.diag_value
+    if r.nonzero_means == "keep":
+        kept: np.ndarray = (d != 0) & ~np.isnan(d)
+    else:
+        kept = d == 0
+    return kept
+
+
+def _pad_queries(s: MaskSummary, r: Reading, real_keys: np.ndarray | None) -> np.ndarray:
+    from maskcheck.analysis.padquery import pad_queries_from_summary
+
+    pad = pad_queries_from_summary(
+        own_key_kept(s, r), r.col_kept, s.matrices, s.matrix_rows, s.cols, s.shape, real_keys)
+    # A left-padded pattern's own empty rows (e.g. cross-attention, L != S) are pad queries.
+    for u, unit in enumerate(r.units):
+        if unit.core in PLAUSIBLE_CORES and unit.pad_left and unit.expected_empty.size:
+            sl = slice(u * r.unit_rows, (u + 1) * r.unit_rows)
+            pad[sl] |= unit.expected_empty
+    return pad
+
+
+def _pad_query_lists(s: MaskSummary, pad: np.ndarray) -> list[list[int]]:
+    """Pad query rows per matrix (batch x head), for the report; at most 64 matrices."""
+    L = s.matrix_rows
+    per = pad.reshape(-1, L)[:64]
+    return [np.flatnonzero(m).tolist() for m in per]
 
 
 def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:

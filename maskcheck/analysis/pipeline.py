@@ -14,7 +14,7 @@ from maskcheck.analysis.summary import MaskSummary, summarize
 from maskcheck.conventions import CONVENTIONS
 from maskcheck.errors import FileProblem
 from maskcheck.io.base import TensorSource, element_size, rows_cols
-from maskcheck.model import FileReport, Report, TensorReport
+from maskcheck.model import FileReport, Report, Severity, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
 from maskcheck.selection import Selection
 
@@ -29,9 +29,13 @@ def analyze_source(
     selection: Selection | None = None,
     block_rows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    real_keys: np.ndarray | None = None,
 ) -> TensorReport:
+    """`real_keys`: optional (N, S) bool, True = real token, from the same call (see
+    analysis.padquery): its pad positions are pad queries, whose empty rows are info."""
     summary = summarize(source, block_rows, progress=progress)
-    report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
+    report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection,
+                                 real_keys=real_keys)
     _preview_worst_matrix(report, source, summary)
     return report
 
@@ -79,8 +83,9 @@ def report_from_summary(
     api: str = "auto",
     query_dtype: str | None = None,
     selection: Selection | None = None,
+    real_keys: np.ndarray | None = None,
 ) -> TensorReport:
-    inference = infer(summary, api=api)
+    inference = infer(summary, api=api, real_keys=real_keys)
     ctx = MaskContext(summary, inference, None if api == "auto" else api, query_dtype)
     allows = selection.allows if selection is not None else (lambda code: True)
     findings = run_checks(ctx, allows) if inference.reading is not None else []
@@ -155,6 +160,8 @@ def analyze_file(
                     source, api=file_api, query_dtype=query_dtype, selection=selection,
                     block_rows=block_rows, progress=on_rows))
                 done += rows_cols(source.shape)[0] * row_bytes
+            _with_companion_padding(loaded.tensors, report.tensors, file_api, query_dtype,
+                                    selection)
             if selection is None or selection.allows("MC002"):
                 report.findings.extend(
                     padding_with_attn_mask(loaded.tensors, report.tensors))
@@ -169,6 +176,45 @@ def analyze_file(
         # CONTRACT: a file that could not be read (wholly) reports no tensors.
         report.tensors, report.findings = [], []
     return report
+
+
+def _with_companion_padding(
+    sources: list[TensorSource], reports: list[TensorReport], api: str,
+    query_dtype: str | None, selection: Selection | None,
+) -> None:
+    """Re-read attention masks with empty real-query rows in the light of a padding mask of
+    the same file: its pad positions are pad queries (analysis.padquery)."""
+    pads = [(s, r) for s, r in zip(sources, reports, strict=True)
+            if r.role in ("key_padding_mask", "hf_attention_mask") and len(s.shape) == 2]
+    if not pads:
+        return
+    for i, (source, rep) in enumerate(zip(sources, reports, strict=True)):
+        if rep.summary is None or len(source.shape) < 3 or not any(
+                f.code == "MC002" and f.severity == Severity.ERROR for f in rep.findings):
+            continue
+        for ps, pr in pads:
+            real = companion_real_keys(ps, pr)
+            if real is None or real.shape[1] != source.shape[-1] or \
+                    source.shape[0] % real.shape[0]:
+                continue
+            fresh = report_from_summary(rep.summary, api=api, query_dtype=query_dtype,
+                                        selection=selection, real_keys=real)
+            _preview_worst_matrix(fresh, source, rep.summary)
+            fresh.evidence.append(f"pad queries also read from {pr.name!r}")
+            reports[i] = fresh
+            break
+
+
+def companion_real_keys(source: TensorSource, report: TensorReport) -> np.ndarray | None:
+    """(N, S) bool, True = real token, of a padding mask whose convention is known."""
+    means = CONVENTIONS[report.convention].nonzero_means
+    if means is None or any(f.code == "MC010" for f in report.findings):
+        return None
+    n = source.shape[0]
+    data = source.read_rows(0, n)
+    nz = data.astype(bool) if data.dtype == np.bool_ else data != 0
+    out: np.ndarray = nz if means == "keep" else ~nz
+    return out
 
 
 Progress = Callable[[int, int], None]

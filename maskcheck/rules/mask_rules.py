@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from maskcheck import conventions as cv
 from maskcheck.analysis.infer import Inference, Reading
-from maskcheck.analysis.patterns import PLAUSIBLE_CORES
 from maskcheck.analysis.summary import MAX_SAMPLE, MaskSummary
-from maskcheck.model import Finding, Index
+from maskcheck.model import Finding, Index, Severity
 from maskcheck.rules.registry import get_rule
 
 
@@ -93,13 +92,9 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
     empty = r.kept_count == 0
     if not empty.any():
         return
-    explained = np.zeros_like(empty)
-    for u, unit in enumerate(r.units):
-        # Only a left-padded plausible pattern leaves rows empty by design (pad queries).
-        if unit.core in PLAUSIBLE_CORES and unit.pad_left and unit.expected_empty.size:
-            explained[_units_rows(r, u)] = unit.expected_empty
-    real = np.flatnonzero(empty & ~explained)
-    padded = np.flatnonzero(empty & explained)
+    pad = inf.pad_queries if inf.pad_queries is not None else np.zeros_like(empty)
+    real = np.flatnonzero(empty & ~pad)
+    padded = np.flatnonzero(empty & pad)
     effect = _empty_row_effect(s, inf)
     if real.size:
         if r.unit_rows == 1 and inf.padding_role:
@@ -110,20 +105,14 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
                "them and zero their output)") if inf.padding_role else None
         yield ctx.finding("MC002", f"{what}: {effect}", _rows_where(s, real), fix)
     if padded.size:
-        info = get_rule("MC002")
-        assert info is not None
         f = ctx.finding(
             "MC002",
-            f"{_describe_rows(padded.size, 'padded query row')} of a left-padded causal mask "
-            f"attend to nothing (expected for pad tokens, but {effect})",
+            f"{_describe_rows(padded.size, 'pad query row')} (padding positions) attend to "
+            f"nothing, as expected: their outputs are discarded; {effect}",
             _rows_where(s, padded),
-            "harmless on SDPA's zero path; for MHA or an eager softmax, zero those rows: "
-            "out = out.masked_fill(~row_has_key[..., None], 0)")
-        from dataclasses import replace
-
-        from maskcheck.model import Severity
-
-        yield replace(f, severity=Severity.WARNING)
+            "nothing to do if pad outputs are discarded; to keep them finite for MHA or an "
+            "eager softmax: out = out.masked_fill(~row_has_key[..., None], 0)")
+        yield replace(f, severity=Severity.INFO)
 
 
 def _empty_row_effect(s: MaskSummary, inf: Inference) -> str:

@@ -88,13 +88,13 @@ def test_block_rows_do_not_change_file_reports(tmp_path: Path) -> None:
     assert a == b
 
 
-def test_left_padding_with_causal_mask_warns_for_pad_queries(tmp_path: Path) -> None:
+def test_left_padding_with_causal_mask_is_info_for_pad_queries(tmp_path: Path) -> None:
     path = tmp_path / "pair.safetensors"
     causal = np.triu(np.full((4, 4), -np.inf, np.float32), 1)
     kpm = np.array([[False] * 4, [True, True, False, False]])  # left padding of 2
     save_file({"src_mask": causal, "src_key_padding_mask": kpm}, str(path))
     (finding,) = analyze_file(str(path)).findings
-    assert (finding.code, finding.severity.value) == ("MC002", "warning")
+    assert (finding.code, finding.severity.value) == ("MC002", "info")
     assert [list(w) for w in finding.where] == [[1, 0], [1, 1]]
 
 
