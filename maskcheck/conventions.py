@@ -117,6 +117,8 @@ class ApiSpec:
     # Legal layouts, as tuples of axis names (N batch, H heads, NH batch*heads, L queries,
     # S keys, 1 broadcast). Float masks are added to the scores by every API here.
     layouts: tuple[tuple[str, ...], ...]
+    # The call takes is_causal=True in place of a dense causal mask (MC050 is actionable).
+    has_is_causal: bool = False
 
     @property
     def ranks(self) -> set[int]:
@@ -126,11 +128,11 @@ class ApiSpec:
 APIS: dict[str, ApiSpec] = {
     "mha": ApiSpec(
         "mha", "nn.MultiheadAttention", "bool-true-masked", None,
-        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S"))),
+        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S")), has_is_causal=True),
     "sdpa": ApiSpec(
         "sdpa", "F.scaled_dot_product_attention", "bool-true-keep", None,
         (("L", "S"), ("N", "H", "L", "S"), ("N", "1", "L", "S"), ("N", "1", "1", "S"),
-         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S"), ("S",))),
+         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S"), ("S",)), has_is_causal=True),
     "hf": ApiSpec(
         "hf", "Hugging Face attention_mask", "bool-true-keep", "int-one-keep",
         (("N", "S"), ("N", "1", "L", "S"))),

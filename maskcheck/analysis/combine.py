@@ -24,7 +24,9 @@ def _kept(source: TensorSource, report: TensorReport) -> np.ndarray | None:
         return None
     rows = int(np.prod(source.shape[:-1])) if len(source.shape) > 1 else 1
     data = source.read_rows(0, rows).reshape(source.shape)
-    nz = data.astype(bool) if data.dtype == np.bool_ else data != 0
+    from maskcheck.analysis.pipeline import nonzero_flags
+
+    nz = nonzero_flags(data, "bias" in report.params)
     return nz if means == "keep" else ~nz
 
 

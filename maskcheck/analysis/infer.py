@@ -21,6 +21,7 @@ from maskcheck.analysis.patterns import (
 )
 from maskcheck.analysis.summary import MaskSummary
 from maskcheck.conventions import (
+    ADDITIVE_MASKED_BELOW,
     APIS,
     CONVENTIONS,
     FINFO_MIN,
@@ -50,6 +51,7 @@ class Reading:
     units: list[MatrixPattern]  # one per matrix (or per row for padding masks)
     unit_rows: int  # rows per unit
     score: float = 0.0
+    split: bool = False  # read on the masked/kept split of a float mask with a bias
     tags: list[str] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
 
@@ -94,19 +96,16 @@ def infer(s: MaskSummary, *, api: str = "auto", real_keys: np.ndarray | None = N
     evidence.append(why)
     if kind == "not-a-mask":
         return Inference("not-a-mask", 0.9, "unknown", [], {}, evidence, eff_api, kind)
-    if kind == "bias":
-        # Rows of a bias hold many values; which keys are hidden is not a zero/nonzero split,
-        # so no row pattern or row rule applies.
-        evidence.append("rows are not analysed for a pattern")
-        role: Role = "attn_mask" if len(s.shape) in (2, 3, 4) else "unknown"
-        return Inference("additive", 0.6, role, ["custom"], {}, evidence, eff_api, kind,
-                         masked_values=masked_values)
-
+    split = kind == "bias"
+    if split:
+        # A float mask with a bias (ALiBi, relative positions, kept = +1, Longformer's
+        # +finfo.max globals): masked = at or below ADDITIVE_MASKED_BELOW, kept = the rest.
+        kind = "additive"
     padding_role = _is_padding_layout(s, hint.role if hint else None, declared)
-    readings = _readings(s, kind, padding_role)
+    readings = _readings(s, kind, padding_role, split)
     if not padding_role and len(s.shape) == 2 and declared is None and not hint:
         # (N, S) or (L, S)? Padding rows that do not form a matrix pattern say (N, S).
-        as_rows = _readings(s, kind, True)
+        as_rows = _readings(s, kind, True, split)
         if _prefers_padding(readings, as_rows):
             padding_role, readings = True, as_rows
     role = _role(s, hint.role if hint else None, declared, padding_role)
@@ -121,6 +120,9 @@ def infer(s: MaskSummary, *, api: str = "auto", real_keys: np.ndarray | None = N
         elif convention == expected:
             evidence.append(f"{expected_from} agrees: {expected}")
     tags, params = (chosen.tags, chosen.params) if chosen else ([], {})
+    if split:
+        params = {**params, "bias": _bias_range(s)}
+        evidence.append(_bias_words(s))
     pad_queries = None
     if chosen is not None and not padding_role and len(s.shape) >= 2:
         pad_queries = _pad_queries(s, chosen, real_keys)
@@ -140,6 +142,8 @@ def own_key_kept(s: MaskSummary, r: Reading) -> np.ndarray | None:
     if s.cols < s.matrix_rows:
         return None
     d = s.diag_value
+    if r.split:
+        return np.asarray(d > ADDITIVE_MASKED_BELOW)
     if r.nonzero_means == "keep":
         kept: np.ndarray = (d != 0) & ~np.isnan(d)
     else:
@@ -168,6 +172,8 @@ def _pad_query_lists(s: MaskSummary, pad: np.ndarray) -> list[list[int]]:
 
 
 def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
+    """binary | multiplicative | additive | bias (additive read on the masked/kept split) |
+    not-a-mask, the masked values, and why."""
     values = sorted(s.distinct)
     if is_bool(s.dtype):
         return "binary", [], "bool values"
@@ -179,33 +185,31 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
             f"distinct, max {s.max_value:g}): token ids or indices, not a mask")
     if not is_float(s.dtype):
         return "not-a-mask", [], f"dtype {s.dtype} is not a mask dtype"
-    if s.distinct_overflow or len(values) > MASK_MAX_DISTINCT:
-        if s.neginf_count or s.finfo_min_count:
-            neg = [v for v in values if v == -math.inf or v == s.finfo_min]
-            return "bias", neg, (
-                "many distinct values with -inf/finfo.min entries: an additive bias with a mask")
-        return "not-a-mask", [], (
-            f"{'more than ' if s.distinct_overflow else ''}{len(values)} distinct float values "
-            f"in [{s.min_value:.3g}, {s.max_value:.3g}]: weights or activations, not a mask")
     if not values:  # all NaN
         return "additive", [], "every value is NaN"
+    many = s.distinct_overflow or len(values) > MASK_MAX_DISTINCT
+    strong = [v for v in values if v <= ADDITIVE_MASKED_BELOW]
+    if s.strong_count and s.split is not None:
+        return "bias", strong, (
+            f"float values {_fmt_values(values)}: additive, masked at or below "
+            f"{ADDITIVE_MASKED_BELOW:g}, kept keys carry a bias")
     vset = set(values)
-    if vset <= {0.0, 1.0}:
+    if not many and vset <= {0.0, 1.0}:
         if vset == {0.0}:
             return "additive", [], "float, every value 0: an additive mask that hides nothing"
         return "multiplicative", [], "float values in {0, 1}: a multiplicative (keep = 1) mask"
     negatives = [v for v in values if v < 0]
     positives = [v for v in values if v > 0]
-    small = [v for v in values if v != 0 and abs(v) < WEAK_MASK_MAGNITUDE]
-    strong = [v for v in negatives if v <= -WEAK_MASK_MAGNITUDE]
-    if len(small) >= 2 and strong:
-        return "bias", strong, (
-            f"float values {_fmt_values(values)}: an additive bias (ALiBi-style) beside masked "
-            "entries")
+    if s.split is not None and not s.strong_count and _bias_alone(s, negatives, positives,
+                                                                    many):
+        return "bias", [], (
+            f"float values {_fmt_values(values)}, none at or below "
+            f"{ADDITIVE_MASKED_BELOW:g}: a bias that masks nothing (relative position / ALiBi)")
+    if many:
+        return "not-a-mask", [], (
+            f"{'more than ' if s.distinct_overflow else ''}{len(values)} distinct float values "
+            f"in [{s.min_value:.3g}, {s.max_value:.3g}]: weights or activations, not a mask")
     if negatives and not positives:
-        if len(negatives) > 3 and all(v > -WEAK_MASK_MAGNITUDE for v in negatives):
-            return "not-a-mask", [], (
-                f"{len(values)} small non-positive values: a bias, not a mask")
         return "additive", negatives, (
             f"float values {_fmt_values(values)}: additive (0 = attend, negative = masked)")
     if positives and not negatives:
@@ -215,6 +219,39 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
         return "additive", positives, (
             f"float values {_fmt_values(values)}: additive with large POSITIVE values")
     return "additive", negatives, f"float values {_fmt_values(values)}: additive, mixed signs"
+
+
+def _bias_alone(s: MaskSummary, negatives: list[float], positives: list[float],
+                many: bool) -> bool:
+    """Small values and nothing strongly masked: a bias (T5's relative positions, ALiBi) when
+    the values say so (both signs, or more than a few), not a weak mask nor weights."""
+    if s.max_value >= WEAK_MASK_MAGNITUDE:
+        return False  # large positives: a wrong-sign mask (MC011)
+    if many:
+        hint = s.name.rsplit(".", 1)[-1].lower()
+        return any(w in hint for w in ("bias", "mask", "alibi"))
+    if negatives and positives:
+        return True
+    return len(negatives) > 3
+
+
+def _bias_range(s: MaskSummary) -> dict[str, float]:
+    kept = [v for v in s.distinct if v > ADDITIVE_MASKED_BELOW and v != 0 and not math.isnan(v)]
+    lo = min(kept, default=0.0)
+    hi = s.max_value if s.max_value > ADDITIVE_MASKED_BELOW else max(kept, default=0.0)
+    return {"min": min(lo, 0.0) if 0.0 in s.distinct else lo, "max": hi}
+
+
+def _bias_words(s: MaskSummary) -> str:
+    r = _bias_range(s)
+    words = f"kept keys carry a bias in [{_fmt(r['min'])}, {_fmt(r['max'])}]"
+    fmax = -FINFO_MIN.get(s.dtype, -math.inf)
+    if r["max"] >= fmax or r["max"] == math.inf:
+        words += " (+finfo.max / +inf entries: global-attention keys, as Longformer marks them)"
+    elif set(s.distinct) - {0.0} and all(
+            v in (1.0,) for v in s.distinct if v > ADDITIVE_MASKED_BELOW and v != 0):
+        words += " (kept = 1: a multiplicative value in an additive mask, MC014)"
+    return words
 
 
 def _fmt_values(values: list[float]) -> str:
@@ -243,22 +280,24 @@ def _is_padding_layout(s: MaskSummary, hint_role: str | None, declared: str | No
     return False
 
 
-def _readings(s: MaskSummary, kind: str, padding_role: bool) -> list[Reading]:
+def _readings(s: MaskSummary, kind: str, padding_role: bool, split: bool) -> list[Reading]:
     if kind == "binary":
         return [_reading(s, "keep", padding_role), _reading(s, "masked", padding_role)]
     if kind == "multiplicative":
         return [_reading(s, "keep", padding_role)]
-    return [_reading(s, "masked", padding_role)]
+    return [_reading(s, "masked", padding_role, split=split)]
 
 
-def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool) -> Reading:
+def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool, *,
+             split: bool = False) -> Reading:
     S = s.cols
+    flags = s.split if split and s.split is not None else s
     if nonzero_means == "keep":
-        count, first, last = s.nz_count, s.first_nz, s.last_nz
-        col_any = s.col_any_nz
+        count, first, last = flags.nz_count, flags.first_nz, flags.last_nz
+        col_any = flags.col_any_nz
     else:
-        count, first, last = S - s.nz_count, s.first_z, s.last_z
-        col_any = ~s.col_all_nz
+        count, first, last = S - flags.nz_count, flags.first_z, flags.last_z
+        col_any = ~flags.col_all_nz
     if padding_role or s.matrix_rows == 1:
         # Each row is one sequence's padding mask: classify rows one by one.
         units_first = first.reshape(-1, 1)
@@ -273,7 +312,8 @@ def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool) -> Reading:
     for u in range(n_units):
         sl = slice(u * unit_rows, (u + 1) * unit_rows)
         units.append(classify(first[sl], last[sl], count[sl], col_kept[u]))
-    r = Reading(nonzero_means, count, first, last, col_kept, units, unit_rows)
+    r = Reading(nonzero_means, count, first, last, col_kept, units, unit_rows,
+                split=flags is not s)
     r.tags, r.params = _tags(r, s)
     r.score = _score(r)
     return r

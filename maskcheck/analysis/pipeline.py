@@ -11,7 +11,7 @@ import numpy as np
 from maskcheck.analysis.combine import padding_with_attn_mask
 from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
-from maskcheck.conventions import CONVENTIONS
+from maskcheck.conventions import ADDITIVE_MASKED_BELOW, CONVENTIONS
 from maskcheck.errors import FileProblem
 from maskcheck.io.base import TensorSource, element_size, rows_cols
 from maskcheck.model import FileReport, Report, Severity, TensorReport
@@ -64,7 +64,7 @@ def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSum
     for start in range(0, L, step):
         stop = min(L, start + step)
         block = source.read_rows(matrix * L + start, matrix * L + stop)
-        nz = block if block.dtype == np.bool_ else block != 0
+        nz = nonzero_flags(block, "bias" in report.params)
         padded = np.zeros((stop - start, grid.shape[1] * cell_c), bool)
         padded[:, :S] = nz
         per_cell = padded.reshape(stop - start, grid.shape[1], cell_c).sum(axis=2)
@@ -72,9 +72,22 @@ def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSum
     rows_in = np.minimum(cell_r, L - np.arange(grid.shape[0]) * cell_r)
     cols_in = np.minimum(cell_c, S - np.arange(grid.shape[1]) * cell_c)
     frac = grid / np.outer(rows_in, cols_in)
-    keep = CONVENTIONS[report.convention].nonzero_means != "masked"
+    keep = CONVENTIONS[report.convention].nonzero_means != "masked" and "bias" not in \
+        report.params
     report.preview = np.round(frac if keep else 1.0 - frac, 4).tolist()
     report.preview_origin = origin
+
+
+def nonzero_flags(block: np.ndarray, split: bool) -> np.ndarray:
+    """The flags a reading counts: nonzero, or on the masked/kept split of a mask with a bias
+    (report.params has "bias"), strongly masked (<= ADDITIVE_MASKED_BELOW, or NaN)."""
+    if block.dtype == np.bool_:
+        return block
+    if split:
+        wide = block.astype(np.float32) if block.dtype == np.float16 else block
+        out: np.ndarray = ~(wide > ADDITIVE_MASKED_BELOW)
+        return out
+    return np.asarray(block != 0)
 
 
 def report_from_summary(
@@ -87,7 +100,7 @@ def report_from_summary(
 ) -> TensorReport:
     inference = infer(summary, api=api, real_keys=real_keys)
     ctx = MaskContext(summary, inference, None if api == "auto" else api, query_dtype)
-    allows = selection.allows if selection is not None else (lambda code: True)
+    allows = (selection or Selection.build()).allows
     findings = run_checks(ctx, allows) if inference.reading is not None else []
     report = TensorReport(
         name=summary.name,
@@ -118,7 +131,8 @@ def _masked_fraction(s: MaskSummary, inf: Inference) -> float | None:
 def _attach_preview(report: TensorReport, s: MaskSummary, inf: Inference) -> None:
     if inf.reading is None or s.preview_nz.size == 0:
         return
-    grid = s.preview_nz if inf.reading.nonzero_means == "keep" else 1.0 - s.preview_nz
+    flags = s.split if inf.reading.split and s.split is not None else s
+    grid = flags.preview_nz if inf.reading.nonzero_means == "keep" else 1.0 - flags.preview_nz
     report.preview = np.round(grid, 4).tolist()
     report.preview_scale = s.preview_scale
     report.preview_origin = tuple(0 for _ in s.shape[:-2])
@@ -212,7 +226,7 @@ def companion_real_keys(source: TensorSource, report: TensorReport) -> np.ndarra
         return None
     n = source.shape[0]
     data = source.read_rows(0, n)
-    nz = data.astype(bool) if data.dtype == np.bool_ else data != 0
+    nz = nonzero_flags(data, "bias" in report.params)
     out: np.ndarray = nz if means == "keep" else ~nz
     return out
 

@@ -153,8 +153,8 @@ def inverted_convention(ctx: MaskContext) -> Iterator[Finding]:
 @check("MC011")
 def wrong_sign(ctx: MaskContext) -> Iterator[Finding]:
     s, inf = ctx.summary, ctx.inf
-    if inf.value_kind != "additive":
-        return
+    if inf.value_kind != "additive" or s.strong_count:
+        return  # beside strongly masked values, large positives are kept (Longformer globals)
     if s.max_value >= cv.WEAK_MASK_MAGNITUDE:
         yield ctx.finding(
             "MC011", f"additive mask holds {cv_fmt(s.max_value)}: softmax puts the weight ON "
@@ -199,12 +199,19 @@ def weak_mask_value(ctx: MaskContext) -> Iterator[Finding]:
             fix="use float('-inf') (SDPA) or torch.finfo(dtype).min")
 
 
+def _mixed_convention(ctx: MaskContext) -> bool:
+    """Kept cells hold 1 beside large negatives (MC014)."""
+    s = ctx.summary
+    if ctx.inf.value_kind != "additive" or 1.0 not in s.distinct:
+        return False
+    kept = {v for v in s.distinct if v > cv.ADDITIVE_MASKED_BELOW and v != 0}
+    return kept == {1.0} and s.min_value <= -cv.WEAK_MASK_MAGNITUDE
+
+
 @check("MC014")
 def mixed_convention(ctx: MaskContext) -> Iterator[Finding]:
     s = ctx.summary
-    if ctx.inf.value_kind != "additive" or 1.0 not in s.distinct:
-        return
-    if s.min_value <= -cv.WEAK_MASK_MAGNITUDE:
+    if _mixed_convention(ctx):
         yield ctx.finding(
             "MC014", f"kept positions hold 1 (multiplicative) and masked ones "
             f"{cv_fmt(s.min_value)} (additive)",
@@ -328,8 +335,8 @@ def _named_attn_mask(name: str) -> bool:
 @check("MC032")
 def query_axis_padding(ctx: MaskContext) -> Iterator[Finding]:
     s, r = ctx.summary, ctx.inf.reading
-    if r is None:
-        return
+    if r is None or _mixed_convention(ctx):
+        return  # with 1 beside large negatives, which rows are "masked" is MC014's question
     nd = len(s.shape)
     if nd >= 3 and s.cols == 1 and s.shape[-2] > 1 and 0 < s.nonzero_count < s.size:
         yield ctx.finding(
@@ -407,8 +414,11 @@ def dense_causal_mask(ctx: MaskContext) -> Iterator[Finding]:
     s, r, inf = ctx.summary, ctx.inf.reading, ctx.inf
     if r is None or inf.role != "attn_mask" or r.unit_rows < 2 or s.matrix_rows != s.cols:
         return
-    if inf.convention == "ambiguous" or inf.inverted:
+    if inf.convention == "ambiguous" or inf.inverted or "bias" in inf.params:
         return
+    api = cv.APIS.get(ctx.api)
+    if api is None or not api.has_is_causal:
+        return  # eager attention, FlexAttention, a 2-D HF mask: there is no is_causal to pass
     if all(u.core == "causal" and not (u.pad_left or u.pad_right) for u in r.units) and \
             len(set(s.matrix_crc.tolist())) == 1:
         yield ctx.finding(

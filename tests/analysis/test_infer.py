@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import maskcheck
+from maskcheck.selection import Selection
 
 torch = pytest.importorskip("torch")
 
@@ -70,7 +71,9 @@ def test_bfloat16_finfo_min_mask() -> None:
     m = torch.zeros(4, 4, dtype=torch.bfloat16).masked_fill(~keep, torch.finfo(torch.bfloat16).min)
     r = maskcheck.analyze(m, name="attn_mask")
     assert (r.dtype, r.convention, r.pattern) == ("bfloat16", "additive", ["causal"])
-    assert "MC021" in {f.code for f in r.findings}
+    assert "MC021" not in {f.code for f in r.findings}  # opt-in: true of every stock HF mask
+    asked = maskcheck.analyze(m, name="attn_mask", selection=Selection.build(["ALL"]))
+    assert "MC021" in {f.code for f in asked.findings}
 
 
 def test_mha_key_padding_mask_fully_padded_sequence_is_an_error() -> None:

@@ -11,6 +11,7 @@ import maskcheck
 from maskcheck.model import Severity
 from maskcheck.rules.mask_rules import CHECKS
 from maskcheck.rules.registry import all_rules
+from maskcheck.selection import Selection
 
 L = 5
 F32_MIN = float(np.finfo(np.float32).min)
@@ -124,7 +125,8 @@ BAD: dict[str, list[tuple[Callable[[], np.ndarray], dict[str, str]]]] = {
               (lambda: additive(tril(), -1e3, np.float16), {"name": "attn_mask"})],
     "MC014": [(lambda: np.where(tril(), 1.0, -np.inf).astype(np.float32), {"name": "attn_mask"})],
     "MC020": [(lambda: additive(tril(), -1e9), {"name": "attn_mask", "query_dtype": "float16"})],
-    "MC021": [(lambda: additive(tril(), F32_MIN), {"name": "attn_mask"})],
+    "MC021": [(lambda: additive(tril(), F32_MIN),
+               {"name": "attn_mask", "selection": Selection.build(["MC021"])})],
     "MC022": [(lambda: tril().astype(np.int64)[None, None], {"name": "attn_mask", "api": "sdpa"}),
               (lambda: additive(tril(), F16_MIN, np.float16),
                {"name": "attn_mask", "query_dtype": "bfloat16"})],
