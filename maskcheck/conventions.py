@@ -176,6 +176,19 @@ NAME_HINTS: tuple[NameHint, ...] = (
 )
 
 
+# Integer tensors with these names hold ids, types or positions, whatever their values (packed
+# position_ids 0,1,0,1 and token_type_ids 0/1 look like masks): fnmatch on the lower-cased
+# last dotted component.
+NOT_MASK_INT_NAMES = ("*_ids", "*_id", "ids", "*token_type*", "*position*", "*segment*",
+                      "labels", "*_labels", "*cache_position*", "*_index", "*_indices",
+                      "*seq_len*", "*lengths")
+
+
+def int_not_a_mask_name(name: str) -> bool:
+    leaf = name.rsplit(".", 1)[-1].lower()
+    return any(fnmatch.fnmatchcase(leaf, p) for p in NOT_MASK_INT_NAMES)
+
+
 def name_hint(name: str) -> NameHint | None:
     last = name.rsplit(".", 1)[-1].lower()
     for hint in NAME_HINTS:

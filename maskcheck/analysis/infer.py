@@ -27,6 +27,7 @@ from maskcheck.conventions import (
     FINFO_MIN,
     MASK_MAX_DISTINCT,
     WEAK_MASK_MAGNITUDE,
+    int_not_a_mask_name,
     is_bool,
     is_float,
     is_int,
@@ -178,6 +179,10 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
     if is_bool(s.dtype):
         return "binary", [], "bool values"
     if is_int(s.dtype):
+        if int_not_a_mask_name(s.name):
+            return "not-a-mask", [], (
+                f"integer tensor named {s.name.rsplit('.', 1)[-1]!r}: ids, types or "
+                "positions, not a mask")
         if not s.distinct_overflow and set(values) <= {0.0, 1.0}:
             return "binary", [], "integer values in {0, 1}"
         return "not-a-mask", [], (
@@ -337,14 +342,22 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     tags: list[str] = []
     left = [u.pad_left for u in r.units]
     right = [u.pad_right for u in r.units]
+    # Named parts of a custom mask (bidirectional blocks inside a causal one) in every unit.
+    named = core == "custom" and all(u.core == "empty" or "bidirectional_blocks" in u.params
+                                     for u in r.units)
     if core == "custom":
         tags.append("custom")
+        if named:
+            tags.append("causal")
     elif core != "full":
         tags.append(core)
     for u in r.units:
         for k, v in u.params.items():
             params.setdefault(k, v)
-    if core != "custom":
+    if core == "block-diagonal" and all(
+            u.params.get("causal_within_blocks") for u in r.units if u.core != "empty"):
+        tags.append("causal")  # packed documents or chunks (Llama4), causal inside each
+    if core != "custom" or named:
         if any(left):
             tags.append("padding-left")
         if any(right):
@@ -475,6 +488,7 @@ def _decide(
     keep, masked = readings
     if is_int(s.dtype):
         keep.score += 0.5  # integer masks are overwhelmingly HF/Keras style, 1 = keep
+    _structure_signals(s, keep, masked, evidence)
     best, worse = (keep, masked) if keep.score >= masked.score else (masked, keep)
     margin = best.score - worse.score
     strong = margin >= STRONG_MARGIN and best.score >= 2.5
@@ -498,6 +512,45 @@ def _decide(
     if not strong:
         evidence.append(_structure_words(best, s))
     return best, worse, value_conv, conf, False
+
+
+# Weights of the structural polarity signals (issue 9, step 4).
+OWN_KEY_BONUS = 1.0
+LAYOUT_4D_BONUS = 0.5
+CAUSAL_BONUS = 0.5
+
+
+def _structure_signals(
+    s: MaskSummary, keep: Reading, masked: Reading, evidence: list[str]
+) -> None:
+    """Signals beyond the pattern: every real query keeps its own key in a self-attention
+    mask (causal, windows, sinks, strided, image blocks all do), and a 4-D bool mask is in
+    SDPA/HF/FlexAttention's layout (MHA takes no 4-D mask), where True = keep."""
+    if s.matrix_rows > 1 and s.cols == s.matrix_rows:
+        ok = {id(r): _keeps_own_keys(s, r) for r in (keep, masked)}
+        if ok[id(keep)] != ok[id(masked)]:
+            best = keep if ok[id(keep)] else masked
+            best.score += OWN_KEY_BONUS
+            what = "True" if is_bool(s.dtype) else "1"
+            means = "kept" if best.nonzero_means == "keep" else "masked"
+            evidence.append(f"read with {what} = {means}, every query that attends keeps its "
+                            "own key")
+    if len(s.shape) == 4 and is_bool(s.dtype):
+        keep.score += LAYOUT_4D_BONUS
+    if s.matrix_rows > 1 and s.cols != s.matrix_rows:
+        # L != S: a triangle reads as causal one way and as a wide window the other; causal
+        # (SDPA's is_causal, KV-cache decoding) is by far the more common mask.
+        for r in (keep, masked):
+            if r.cores - {"empty"} <= {"causal", "causal-lower-right"} and r.cores - {"empty"}:
+                r.score += CAUSAL_BONUS
+
+
+def _keeps_own_keys(s: MaskSummary, r: Reading) -> bool:
+    own = own_key_kept(s, r)
+    if own is None:
+        return False
+    attends = r.kept_count > 0
+    return bool(attends.any() and np.all(own[attends]))
 
 
 def _structure_words(r: Reading, s: MaskSummary) -> str:

@@ -179,6 +179,8 @@ def analyze_file(
             if selection is None or selection.allows("MC002"):
                 report.findings.extend(
                     padding_with_attn_mask(loaded.tensors, report.tensors))
+            report.tensors.extend(_not_a_mask(name, shape, dtype, why)
+                                  for name, shape, dtype, why in loaded.not_masks)
         except (OSError, ValueError) as e:
             report.error = f"could not read tensor data: {e}"
         except FileProblem as e:
@@ -190,6 +192,13 @@ def analyze_file(
         # CONTRACT: a file that could not be read (wholly) reports no tensors.
         report.tensors, report.findings = [], []
     return report
+
+
+def _not_a_mask(name: str, shape: tuple[int, ...], dtype: str, why: str) -> TensorReport:
+    """A tensor no mask can be made of (complex, exotic dtype): listed, with its reason."""
+    return TensorReport(name=name, shape=shape, dtype=dtype, convention="not-a-mask",
+                        confidence=0.95, role="unknown", pattern=[], masked_fraction=None,
+                        evidence=[why])
 
 
 def _with_companion_padding(

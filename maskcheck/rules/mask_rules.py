@@ -309,7 +309,7 @@ def broadcast_trap(ctx: MaskContext) -> Iterator[Finding]:
             "mask as (L, S), so row i masks query i of every sequence", fix=cv.padding_fix("sdpa"))
         return
     if inf.padding_role or r.cores & {"causal", "causal-lower-right", "sliding-window",
-                                       "block-diagonal", "anti-causal",
+                                       "block-diagonal", "anti-causal", "prefix-lm",
                                        "causal-diagonal-masked"}:
         return
     c, f, la = r.kept_count, r.first_kept, r.last_kept
