@@ -75,8 +75,8 @@ def test_a_broken_chunk_is_not_block_diagonal() -> None:
 
 @pytest.mark.parametrize("core", [PACKED, IMAGE, CHUNKED], ids=["packed", "image", "chunked"])
 def test_an_inverted_self_attention_mask_is_caught_whatever_its_shape(core: np.ndarray) -> None:
-    inverted = np.where(core, np.float32(np.finfo(np.float32).min), np.float32(0))
+    inverted = np.where(core, np.float32(np.finfo(np.float32).min), np.float32(0))[None, None]
     r = maskcheck.analyze(inverted, api="eager", name="attention_mask")
     assert "MC040" in {f.code for f in r.findings}, (r.pattern, r.findings)
-    ok = np.where(core, np.float32(0), np.float32(np.finfo(np.float32).min))
+    ok = np.where(core, np.float32(0), np.float32(np.finfo(np.float32).min))[None, None]
     assert "MC040" not in {f.code for f in maskcheck.analyze(ok, api="eager").findings}
