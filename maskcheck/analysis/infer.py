@@ -338,7 +338,7 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     params: dict[str, object] = {}
     if not non_empty:
         return ["custom"], {"everything_masked": True}
-    core = next(iter(non_empty)) if len(non_empty) == 1 else "custom"
+    core = merged_core(r.units)
     tags: list[str] = []
     left = [u.pad_left for u in r.units]
     right = [u.pad_right for u in r.units]
@@ -355,7 +355,8 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
         for k, v in u.params.items():
             params.setdefault(k, v)
     if core == "block-diagonal" and all(
-            u.params.get("causal_within_blocks") for u in r.units if u.core != "empty"):
+            u.params.get("causal_within_blocks") or u.core == "causal" for u in r.units
+            if u.core != "empty"):
         tags.append("causal")  # packed documents or chunks (Llama4), causal inside each
     if core != "custom" or named:
         if any(left):
@@ -376,14 +377,30 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     return tags, params
 
 
+def merged_core(units: list[MatrixPattern]) -> str:
+    """The one core of all non-empty units, or "custom". A window or chunk that never bites
+    in a short (padded) sequence leaves it plain causal: causal + sliding-window is a sliding
+    window, causal + causal block-diagonal is block-diagonal."""
+    cores = {u.core for u in units} - {"empty"}
+    if len(cores) == 1:
+        return next(iter(cores))
+    if cores == {"causal", "sliding-window"}:
+        return "sliding-window"
+    if cores == {"causal", "block-diagonal"} and all(
+            u.params.get("causal_within_blocks") for u in units if u.core == "block-diagonal"):
+        return "block-diagonal"
+    return "custom"
+
+
 def _score(r: Reading) -> float:
     cores = r.cores - {"empty"}
     if not cores:
         return -3.0
-    if len(cores) > 1:
+    merged = merged_core(r.units)
+    if merged == "custom" and len(cores) > 1:
         base = 0.0
     else:
-        core = next(iter(cores))
+        core = merged
         if core == "full":
             padded = any(u.pad_left or u.pad_right for u in r.units)
             unpadded = any(u.core == "full" and not (u.pad_left or u.pad_right) for u in r.units)
