@@ -354,6 +354,10 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     for u in r.units:
         for k, v in u.params.items():
             params.setdefault(k, v)
+    blocks = {str(u.params.get("block", u.params.get("block_sizes"))) for u in r.units
+              if u.core == "block-diagonal"}
+    if len(blocks) > 1:
+        params.pop("block", None)  # units disagree: their block sizes, not one block
     if core == "block-diagonal" and all(
             u.params.get("causal_within_blocks") or u.core == "causal" for u in r.units
             if u.core != "empty"):
@@ -543,7 +547,10 @@ def _structure_signals(
     """Signals beyond the pattern: every real query keeps its own key in a self-attention
     mask (causal, windows, sinks, strided, image blocks all do), and a 4-D bool mask is in
     SDPA/HF/FlexAttention's layout (MHA takes no 4-D mask), where True = keep."""
-    if s.matrix_rows > 1 and s.cols == s.matrix_rows:
+    both_attend = bool(np.any(keep.kept_count > 0) and np.any(masked.kept_count > 0))
+    if s.matrix_rows > 1 and s.cols == s.matrix_rows and both_attend:
+        # (an all-False or all-True mask says nothing about polarity: both readings must
+        # have queries that attend)
         ok = {id(r): _keeps_own_keys(s, r) for r in (keep, masked)}
         if ok[id(keep)] != ok[id(masked)]:
             best = keep if ok[id(keep)] else masked
