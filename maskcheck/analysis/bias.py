@@ -42,10 +42,12 @@ def _varies(values: np.ndarray, kept: np.ndarray) -> bool:
 
 def _linear_rows(v: np.ndarray, k: np.ndarray) -> bool:
     """Adjacent kept keys of every row differ by one slope (per matrix, i.e. per head)."""
+    if not k.any():
+        return True  # an all-masked matrix (a padding-only sequence) says nothing
     both = k[:, 1:] & k[:, :-1]
     if not both.any():
         return False
-    steps = np.diff(v, axis=1)[both]
+    steps = np.diff(np.where(k, v, 0.0), axis=1)[both]  # masked -inf would give inf - inf
     slope = float(np.median(steps))
     return slope != 0 and _close(steps, slope, abs(slope))
 
@@ -53,6 +55,8 @@ def _linear_rows(v: np.ndarray, k: np.ndarray) -> bool:
 def _toeplitz(v: np.ndarray, k: np.ndarray) -> bool:
     if v.shape[0] < 2:  # one query row: every offset occurs once, nothing to compare
         return False
+    if not k.any():
+        return True  # an all-masked matrix says nothing
     rows, cols = np.nonzero(k)
     offset = cols - rows
     order = np.argsort(offset, kind="stable")

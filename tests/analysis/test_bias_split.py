@@ -98,3 +98,12 @@ def test_the_bias_look_is_reported_on_real_library_masks() -> None:
     noise = np.where(CAUSAL, rng.standard_normal((L, L)), -np.inf).astype(np.float32)
     r = maskcheck.analyze(noise[None, None], name="attn_bias", api="sdpa")
     assert r.params["bias"]["looks_like"] == "none"
+
+
+def test_bias_look_of_a_padding_only_matrix_does_not_fail() -> None:
+    from maskcheck.analysis.bias import bias_look
+
+    alibi_rows = np.tile(np.arange(L, dtype=np.float32) * 0.5, (L, 1))
+    m = np.stack([np.where(CAUSAL, alibi_rows, -np.inf), np.full((L, L), -np.inf)])
+    assert bias_look(m.astype(np.float32)) == "alibi"
+    assert bias_look(np.full((2, L, L), -np.inf, np.float32)) == "none"
