@@ -118,10 +118,14 @@ register(RuleInfo(
     "finfo.min is the safest masked value for an eager softmax (no NaN), but it leaves no room: "
     "finfo.min + finfo.min = -inf in fp16, bf16 and fp32. Summing a causal and a padding mask "
     "built this way brings -inf back and, in fully masked rows, NaN (huggingface/transformers "
-    "#27114, NVIDIA-NeMo/Automodel#2658).",
+    "#27114, NVIDIA-NeMo/Automodel#2658).\n\n"
+    "Opt-in: every correct Hugging Face eager mask holds finfo.min, so this rule runs only when "
+    "asked for by code, name or ALL (--select MC021, --select ALL, extend-select in "
+    "pyproject.toml). MC023 reports the overflow itself whenever it has happened.",
     "mask = causal_min + padding_min            # both filled with finfo.min",
     "mask = torch.where(causal_bool | pad_bool, torch.finfo(dtype).min, 0.0)",
     "combine bool masks with | and convert once, or clamp(min=finfo.min) after adding",
+    opt_in=True,
 ))
 register(RuleInfo(
     "MC022", "dtype-mismatch", W, "mask",
@@ -183,7 +187,11 @@ register(RuleInfo(
     "MC040", "causal-diagonal-masked", E, "mask",
     "A causal mask that also hides the diagonal.",
     "torch.triu(..., diagonal=0) of a -inf or True matrix masks the diagonal too: each token "
-    "cannot see itself and the first query sees nothing (MC002).",
+    "cannot see itself and the first query sees nothing (MC002).\n\n"
+    "Beyond causal masks: in a self-attention mask (L == S) every real query keeps its own key "
+    "(causal, windows, chunks, packed documents, prefix-LM, image blocks all do). A mask that "
+    "hides the diagonal from every query that attends anything is inverted, or built with the "
+    "wrong diagonal, whatever its shape.",
     "mask = torch.triu(torch.full((L, L), float('-inf')), diagonal=0)",
     "mask = torch.triu(torch.full((L, L), float('-inf')), diagonal=1)",
     "use diagonal=1",
