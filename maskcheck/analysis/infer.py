@@ -232,6 +232,8 @@ def _bias_alone(s: MaskSummary, negatives: list[float], positives: list[float],
     the values say so (both signs, or more than a few), not a weak mask nor weights."""
     if s.max_value >= WEAK_MASK_MAGNITUDE:
         return False  # large positives: a wrong-sign mask (MC011)
+    if len(s.shape) < 2:
+        return False  # a bias is per (query, key); a vector of small floats is a parameter
     if many:
         hint = s.name.rsplit(".", 1)[-1].lower()
         return any(w in hint for w in ("bias", "mask", "alibi"))

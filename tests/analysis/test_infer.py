@@ -92,6 +92,8 @@ def test_mha_key_padding_mask_fully_padded_sequence_is_an_error() -> None:
         ("hidden_states", torch.randn(2, 8, 16)),
         ("attn_probs", torch.softmax(torch.randn(2, 4, 4), -1)),
         ("input_ids", torch.randint(0, 30000, (2, 12))),
+        # A layer's bias vector: small floats, named "bias", but no (query, key) axes.
+        ("linear1.bias", torch.nn.Linear(16, 32).bias.detach()),
     ],
 )
 def test_tensors_that_are_not_masks(name: str, tensor: torch.Tensor) -> None:
