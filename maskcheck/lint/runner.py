@@ -3,48 +3,63 @@
 from __future__ import annotations
 
 import ast
-import itertools
 import os
 import re
 from collections.abc import Sequence
 
-from maskcheck.lint.checks import FLOAT_STRING, LARGE_LITERAL, hot_lines, lint_tree
+from maskcheck.lint.checks import Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
 
-# A file is parsed only when the text of one enabled rule's trigger appears in it.
-# Each pattern starts with a literal so that `re` can skip ahead quickly: `-1e9`, `- 1e9 * m`,
-# `-1000000`, `-10**9`, `float("-1e9")`.
-_LARGE_LITERAL = LARGE_LITERAL
-_FLOAT_STRING = FLOAT_STRING
-_EQ_ZERO = re.compile(r"(?:\[|masked_fill_?\()\s*\w+\s*==\s*0(?:\.0*)?\s*[\],]")
-_SELF_FILL = re.compile(r"self\.\w+\.masked_fill_\(")
+# A file is parsed (whole) only when, for some enabled rule, the text that rule cannot fire
+# without appears in it: each rule's evidence is an AST node whose source text holds one of
+# these (an alias import still names the function; a constant like NEG_INF = -1e9 holds the
+# literal). `number()` only evaluates products with a large factor so that a large value
+# always shows a 5-digit run, an exponent, `**`, a radix prefix or `_` separators.
+# tests/lint/test_prefilter.py checks over real files that parsing everything gives the same
+# findings.
+_LARGE_NUMBER = re.compile(r"\d{5}|\d[eE][+-]?\d|\*\*|0[xXoObB]|\d_\d")
+# MC512 fires on `<numeric literal> - <bool tensor>`: the literal's text ends in a digit or a dot.
+_LITERAL_MINUS = re.compile(r"[\d.][\s\\]*-")
+_TOKENS: dict[str, tuple[str, ...]] = {
+    "MC502": ("key_padding_mask", "MultiheadAttention", "Transformer",
+              "scaled_dot_product_attention"),
+    "MC503": ("triu",),
+    "MC504": ("zeros",),
+    "MC505": ("masked_fill_",),
+    "MC506": ("scaled_dot_product_attention",),
+    "MC509": ("mask",),
+    "MC510": ("scaled_dot_product_attention",),
+    "MC511": ("key_padding_mask", "MultiheadAttention", "Transformer",
+              "scaled_dot_product_attention"),
+    "MC513": ("finfo",),
+    "MC517": ("finfo",),
+    "MC518": ("~",),
+    "MC519": ("masked_fill",),
+    "MC521": ("tril", "triu"),
+    "MC522": ("inf",),
+    "MC523": ("inf", "finfo", "masked_fill"),
+    "MC524": ("masked_fill_",),
+}
 # Below this many files one process is faster than starting workers.
 PARALLEL_MIN_FILES = 48
+# The parser needs about 500 bytes of memory per source byte on a dense statement (a 4 MB list
+# literal took 2 GB): past this size a file is reported, not parsed.
+MAX_SOURCE_CHARS = 8 * 1024 * 1024
 
 
-def _may_match(text: str, code: str) -> bool:
+def may_match(text: str, code: str) -> bool:
+    """Whether rule `code` can fire on `text` at all (a necessary condition, never sufficient)."""
     if code == "MC501":
-        return (_LARGE_LITERAL.search(text) is not None
-                or _FLOAT_STRING.search(text) is not None)
-    if code == "MC502":
-        return "key_padding_mask" in text
-    if code == "MC503":
-        return "triu" in text
-    if code == "MC504":
-        return ("zeros" in text and ("== 0" in text or "==0" in text)
-                and _EQ_ZERO.search(text) is not None)
-    if code == "MC505":
-        return "masked_fill_" in text and (
-            "requires_grad" in text or _SELF_FILL.search(text) is not None)
-    if code == "MC506":
-        return "is_causal" in text and "scaled_dot_product_attention" in text
-    return False
+        return _LARGE_NUMBER.search(text) is not None
+    if code == "MC512":
+        return _LITERAL_MINUS.search(text) is not None
+    return any(token in text for token in _TOKENS.get(code, ()))
 
 
 def worth_parsing(text: str, enabled: frozenset[str]) -> bool:
-    return any(_may_match(text, code) for code in enabled)
+    return any(may_match(text, code) for code in enabled)
 
 
 def decode_source(data: bytes) -> str:
@@ -71,69 +86,49 @@ def decode_source(data: bytes) -> str:
                      f"{first_error.start})")
 
 
-# A line that starts a top-level statement: not indented, not a comment, not a closing bracket
-# and not a clause continuing the statement above.
-_TOP_LEVEL = re.compile(r"^(?![ \t#)\]}\r\n]|(?:else|elif|except|finally)\b)", re.M)
-
-
-def top_level_chunks(source: str) -> list[int]:
-    """First line (1-based) of each run of top-level statements, decorators glued to defs."""
-    starts: list[int] = []
-    decorated = False
-    line_no = 1
-    last = 0
-    for m in _TOP_LEVEL.finditer(source):
-        line_no += source.count("\n", last, m.start())
-        last = m.start()
-        if not decorated:
-            starts.append(line_no)
-        decorated = source.startswith("@", m.start())
-    return starts
-
-
-def parse_hot_parts(source: str, hot: set[int], path: str) -> ast.Module:
-    """Parse only the top-level statements that hold a trigger line; the rest cannot match.
-
-    Chunks are found by indentation; when one does not parse on its own (a top-level-looking
-    line inside a string), the whole file is parsed instead, so real syntax errors surface.
-    """
-    starts = top_level_chunks(source)
-    lines = source.splitlines(keepends=True)
-    if not hot or len(starts) < 8:
-        return ast.parse(source, filename=path)
-    bounds = [*starts, len(lines) + 1]
-    ranges: list[list[int]] = []
-    for first, stop in itertools.pairwise(bounds):
-        if any(first <= line < stop for line in hot):
-            if ranges and ranges[-1][1] == first:
-                ranges[-1][1] = stop
-            else:
-                ranges.append([first, stop])
-    body: list[ast.stmt] = []
+def parse_module(source: str, path: str) -> ast.Module:
+    """The whole file's tree; ValueError with a one-line reason for a parser bomb."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ValueError(f"too large to lint ({len(source) // (1024 * 1024)} MiB; the limit "
+                         f"is {MAX_SOURCE_CHARS // (1024 * 1024)} MiB)")
     try:
-        for first, stop in ranges:
-            chunk = "\n" * (first - 1) + "".join(lines[first - 1:stop - 1])
-            body.extend(ast.parse(chunk, filename=path).body)
-    except SyntaxError:
         return ast.parse(source, filename=path)
-    return ast.Module(body=body, type_ignores=[])
+    except (RecursionError, MemoryError):
+        raise ValueError("could not parse: nested too deeply") from None
 
 
-def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Finding]:
-    """Findings of the enabled source rules; SyntaxError propagates."""
-    if not worth_parsing(source, enabled):
+def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>",
+              prefilter: bool = True) -> list[Hit]:
+    """Unsuppressed rule hits; `prefilter=False` parses even files no rule can match."""
+    source = normalize_newlines(source)
+    if prefilter and not worth_parsing(source, enabled):
         return []
-    hot = hot_lines(source, enabled)
-    tree = parse_hot_parts(source, hot, path)
-    hits = lint_tree(tree, enabled, source, hot)
+    tree = parse_module(source, path)
+    try:
+        hits = lint_tree(tree, enabled, source, path)
+    except (RecursionError, MemoryError):
+        raise ValueError("could not lint: expression nested too deeply") from None
     if not hits:
         return []
     table = suppressions(source)
-    lines = source.splitlines()
+    return [h for h in hits if not is_suppressed(table, h.code, h.line, h.end_line)]
+
+
+def normalize_newlines(source: str) -> str:
+    """CR-only and CRLF files read like LF ones (same lines, same findings)."""
+    if "\r" not in source:
+        return source
+    return source.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Finding]:
+    """Findings of the enabled source rules; SyntaxError and ValueError (bombs) propagate."""
+    hits = find_hits(source, enabled, path=path)
+    if not hits:
+        return []
+    lines = normalize_newlines(source).split("\n")
     out: list[Finding] = []
     for hit in hits:
-        if is_suppressed(table, hit.code, hit.line, hit.end_line):
-            continue
         rule = get_rule(hit.code)
         if rule is None:  # pragma: no cover - every code the linter emits is registered
             continue
@@ -168,7 +163,7 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
         report.error = f"syntax error{where}: {e.msg}"
-    except RecursionError:
+    except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     return report
 
