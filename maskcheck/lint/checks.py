@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
     FP16_MAX,
@@ -97,6 +98,26 @@ class _Scope:
 class _Exit(NamedTuple):
     what: str  # "scope" | "no_grad" | "fp16_guard" | "bind"
     node: ast.AST | None = None
+
+
+_Stack = list[tuple[ast.AST | _Exit, ast.AST | None]]
+_Handler = Callable[[Any, ast.AST | None, _Stack], None]
+# Nodes with nothing below them that a rule reads: never pushed (half of all nodes are these).
+_LEAVES: frozenset[type] = frozenset({
+    ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.alias, ast.Pass, ast.Break,
+    ast.Continue, ast.Global, ast.Nonlocal,
+    *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+    *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__(),
+})
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """A node type's fields, last first (the stack pops them in source order)."""
+    fields = _FIELDS_CACHE.get(kind)
+    if fields is None:
+        fields = _FIELDS_CACHE[kind] = tuple(reversed(getattr(kind, "_fields", ())))
+    return fields
 
 
 # --- helpers over nodes -------------------------------------------------------------------
@@ -307,59 +328,72 @@ class Linter:
 
     def run(self, tree: ast.AST) -> list[Hit]:
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
-        push = stack.append
+        push, pop = stack.append, stack.pop
+        handlers = self._handlers()
         while stack:
-            node, parent = stack.pop()
+            node, parent = pop()
             if isinstance(node, _Exit):
                 self._exit(node)
                 continue
-            self._enter(node, parent, stack)
-            for name in reversed(node._fields):
+            kind = type(node)
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(node, parent, stack)
+            for name in _child_fields(kind):
                 value = getattr(node, name, None)
-                if isinstance(value, list):
+                if type(value) is list:
                     for child in reversed(value):
-                        if isinstance(child, ast.AST):
+                        if type(child) not in _LEAVES and isinstance(child, ast.AST):
                             push((child, node))
-                elif isinstance(value, ast.AST):
+                elif type(value) not in _LEAVES and isinstance(value, ast.AST):
                     push((value, node))
         self.hits.sort(key=lambda h: (h.line, h.col, h.code))
         return self.hits
 
-    def _enter(
-        self, node: ast.AST, parent: ast.AST | None,
-        stack: list[tuple[ast.AST | _Exit, ast.AST | None]],
-    ) -> None:
-        if isinstance(node, ast.Call):
-            self._call(node, parent)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For,
-                               ast.Import, ast.ImportFrom)):
-            # Bound after the right-hand side is read: `mask = torch.triu(mask)` reads the old one.
-            stack.append((_Exit("bind", node), None))
-        elif isinstance(node, ast.BinOp):
-            self._binop(node)
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-            self._invert(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            self._enter_function(node, stack)
-        elif isinstance(node, ast.ClassDef):
-            self.scope.assigned.add(node.name)
-            self.scopes.append(_Scope("class", name=node.name))
-            stack.append((_Exit("scope"), None))
-        elif isinstance(node, ast.If) and not self.scope.fp16_guard and mentions_half(node.test):
+    def _handlers(self) -> dict[type, _Handler]:
+        """Node type -> what to do on entering it; every other node is only walked through."""
+        bind = self._push_bind
+        return {
+            ast.Call: lambda n, p, s: self._call(n, p),
+            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
+            ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
+            ast.BinOp: lambda n, p, s: self._binop(n),
+            ast.UnaryOp: lambda n, p, s: self._invert(n),
+            ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
+            ast.Lambda: self._enter_function,
+            ast.ClassDef: self._enter_class,
+            ast.If: self._enter_if,
+            ast.With: self._enter_with, ast.AsyncWith: self._enter_with,
+        }
+
+    @staticmethod
+    def _push_bind(node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        # Bound after the right-hand side is read: `mask = torch.triu(mask)` reads the old one.
+        stack.append((_Exit("bind", node), None))
+
+    def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.ClassDef)
+        self.scope.assigned.add(node.name)
+        self.scopes.append(_Scope("class", name=node.name))
+        stack.append((_Exit("scope"), None))
+
+    def _enter_if(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.If)
+        if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            if not self.scope.no_grad and with_no_grad(node):
-                self.scope.no_grad = True
-                stack.append((_Exit("no_grad"), None))
-            for item in node.items:
-                if item.optional_vars is not None:
-                    self._forget_targets(item.optional_vars)
 
-    def _enter_function(
-        self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
-        stack: list[tuple[ast.AST | _Exit, ast.AST | None]],
-    ) -> None:
+    def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, (ast.With, ast.AsyncWith))
+        if not self.scope.no_grad and with_no_grad(node):
+            self.scope.no_grad = True
+            stack.append((_Exit("no_grad"), None))
+        for item in node.items:
+            if item.optional_vars is not None:
+                self._forget_targets(item.optional_vars)
+
+    def _enter_function(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         no_grad = self.scope.no_grad or (
             not isinstance(node, ast.Lambda) and decorated_no_grad(node)
         )
@@ -552,8 +586,9 @@ class Linter:
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
             facts = self.value(big)
+            # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
             if facts.additive and number(other, self.lookup) is None and not self.value(
-                    other).zero_one:
+                    other).zero_one and not mentions_mask(other):
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
@@ -564,7 +599,8 @@ class Linter:
             for big, other in ((right.left, right.right), (right.right, right.left)):
                 v = number(big, self.lookup)
                 if v is not None and math.isfinite(v) and v > FP16_MAX and mentions_mask(other):
-                    self._large_negative(big, "an additive mask", other)
+                    # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
+                    self._large_negative(big, "an additive mask", node.left)
         left = node.left
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
@@ -592,6 +628,8 @@ class Linter:
                 return
 
     def _invert(self, node: ast.UnaryOp) -> None:
+        if not isinstance(node.op, ast.Invert):
+            return
         facts = self.value(node.operand)
         if facts.dtype == "int" and (facts.hf_keep or mentions_mask(node.operand)):
             edit = self._edit(node, f"({self._paren(node.operand)} == 0)")

@@ -15,11 +15,14 @@ from maskcheck.rules.registry import get_rule
 # A file is parsed (whole) only when, for some enabled rule, the text that rule cannot fire
 # without appears in it: each rule's evidence is an AST node whose source text holds one of
 # these (an alias import still names the function; a constant like NEG_INF = -1e9 holds the
-# literal). `number()` only evaluates products with a large factor so that a large value
-# always shows a 5-digit run, an exponent, `**`, a radix prefix or `_` separators.
+# literal). `number()` only evaluates products with a factor beyond 65504, so a value below
+# -65504 always shows digits of 65505 or more, an exponent of 4 or more, `<digit> **`, a radix
+# prefix or `_` separators.
 # tests/lint/test_prefilter.py checks over real files that parsing everything gives the same
 # findings.
-_LARGE_NUMBER = re.compile(r"\d{5}|\d[eE][+-]?\d|\*\*|0[xXoObB]|\d_\d")
+_LARGE_NUMBER = re.compile(
+    r"\d{6}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|65504\."  # >= 65505
+    r"|\d[eE]\+?0*(?:[4-9]|[1-9]\d)|\d\s*\*\*|0[xXoObB]|\d_\d")
 # MC512 fires on `<numeric literal> - <bool tensor>`: the literal's text ends in a digit or a dot.
 _LITERAL_MINUS = re.compile(r"[\d.][\s\\]*-")
 _TOKENS: dict[str, tuple[str, ...]] = {

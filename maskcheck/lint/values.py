@@ -147,7 +147,7 @@ def _product_or_power(node: ast.BinOp, lookup: Lookup | None) -> float | None:
     if isinstance(node.op, ast.Mult):
         # Only `-1 * 1e9`-style spellings, so that a large value always has a large literal
         # (or `**`) in its text: the file pre-filter relies on it.
-        if max(abs(left), abs(right)) < 10_000 and not (
+        if max(abs(left), abs(right)) <= FP16_MAX and not (
                 _has_pow(node.left) or _has_pow(node.right)):
             return None
         return left * right
