@@ -229,6 +229,23 @@ def _short(node: ast.AST) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_MASK_WORD = re.compile(r"mask|bias|causal|extended", re.IGNORECASE)
+_BRACKETS = (ast.Subscript, ast.List, ast.ListComp)
+
+
+def _named_mask(node: ast.AST, left: bool) -> bool:
+    """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name.
+
+    (Kept this narrow so that prefilter.py can see it in the text around the `+`.)
+    """
+    if isinstance(node, ast.Subscript):
+        if left and any(isinstance(n, _BRACKETS) for n in ast.walk(node.slice)):
+            return False
+        node = node.value
+    name = dotted(node)
+    return name is not None and _MASK_WORD.search(name) is not None
+
+
 def _is_score_name(node: ast.AST) -> bool:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
         return True
@@ -472,9 +489,9 @@ class Linter:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
-        callee = self.value(call.func) if isinstance(call.func, (ast.Attribute, ast.Name)) else (
-            UNKNOWN)
-        if callee.mha:
+        if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
+                kw.arg == "attn_mask" for kw in call.keywords)) and isinstance(
+                call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
             self._mha_call(call)
         self._inverted_kwargs(call)
         if self.scope.bool_triu:
@@ -620,8 +637,8 @@ class Linter:
             return
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):
-            if mask.dtype == "bool" and mentions_mask(mask_node) and _is_score_name(
-                    other) and self.value(other).dtype != "bool":
+            if mask.dtype == "bool" and _named_mask(mask_node, mask_node is node.left) and (
+                    _is_score_name(other)) and self.value(other).dtype != "bool":
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")

@@ -4,65 +4,19 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 from collections.abc import Sequence
 
 from maskcheck.lint.checks import Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
+from maskcheck.lint.prefilter import worth_parsing
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
 
-# A file is parsed (whole) only when, for some enabled rule, the text that rule cannot fire
-# without appears in it: each rule's evidence is an AST node whose source text holds one of
-# these (an alias import still names the function; a constant like NEG_INF = -1e9 holds the
-# literal). `number()` only evaluates products with a factor beyond 65504, so a value below
-# -65504 always shows digits of 65505 or more, an exponent of 4 or more, `<digit> **`, a radix
-# prefix or `_` separators.
-# tests/lint/test_prefilter.py checks over real files that parsing everything gives the same
-# findings.
-_LARGE_NUMBER = re.compile(
-    r"\d{6}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|65504\."  # >= 65505
-    r"|\d[eE]\+?0*(?:[4-9]|[1-9]\d)|\d\s*\*\*|0[xXoObB]|\d_\d")
-# MC512 fires on `<numeric literal> - <bool tensor>`: the literal's text ends in a digit or a dot.
-_LITERAL_MINUS = re.compile(r"[\d.][\s\\]*-")
-_TOKENS: dict[str, tuple[str, ...]] = {
-    "MC502": ("key_padding_mask", "MultiheadAttention", "Transformer",
-              "scaled_dot_product_attention"),
-    "MC503": ("triu",),
-    "MC504": ("zeros",),
-    "MC505": ("masked_fill_",),
-    "MC506": ("scaled_dot_product_attention",),
-    "MC509": ("mask",),
-    "MC510": ("scaled_dot_product_attention",),
-    "MC511": ("key_padding_mask", "MultiheadAttention", "Transformer",
-              "scaled_dot_product_attention"),
-    "MC513": ("finfo",),
-    "MC517": ("finfo",),
-    "MC518": ("~",),
-    "MC519": ("masked_fill",),
-    "MC521": ("tril", "triu"),
-    "MC522": ("inf",),
-    "MC523": ("inf", "finfo", "masked_fill"),
-    "MC524": ("masked_fill_",),
-}
 # Below this many files one process is faster than starting workers.
 PARALLEL_MIN_FILES = 48
 # The parser needs about 500 bytes of memory per source byte on a dense statement (a 4 MB list
 # literal took 2 GB): past this size a file is reported, not parsed.
 MAX_SOURCE_CHARS = 8 * 1024 * 1024
-
-
-def may_match(text: str, code: str) -> bool:
-    """Whether rule `code` can fire on `text` at all (a necessary condition, never sufficient)."""
-    if code == "MC501":
-        return _LARGE_NUMBER.search(text) is not None
-    if code == "MC512":
-        return _LITERAL_MINUS.search(text) is not None
-    return any(token in text for token in _TOKENS.get(code, ()))
-
-
-def worth_parsing(text: str, enabled: frozenset[str]) -> bool:
-    return any(may_match(text, code) for code in enabled)
 
 
 def decode_source(data: bytes) -> str:
@@ -102,7 +56,7 @@ def parse_module(source: str, path: str) -> ast.Module:
 
 def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>",
               prefilter: bool = True) -> list[Hit]:
-    """Unsuppressed rule hits; `prefilter=False` parses even files no rule can match."""
+    """Unsuppressed rule hits; `prefilter=False` parses and walks every file."""
     source = normalize_newlines(source)
     if prefilter and not worth_parsing(source, enabled):
         return []
