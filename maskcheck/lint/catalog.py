@@ -42,6 +42,7 @@ TRIU_DIAGONAL_ZERO = register(RuleInfo(
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=0)",
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
     "pass diagonal=1 to triu for a causal mask",
+    safe_fix=True,
 ))
 FILL_AFTER_ZERO_FILL = register(RuleInfo(
     "MC504", "fill-after-zero-fill", E, "source",
@@ -142,6 +143,7 @@ BOOL_MASK_SUBTRACT = register(RuleInfo(
     "keep = attention_mask > 0\n"
     "pad = ~keep",
     "invert with `~mask` or mask.logical_not(); `1 - mask.float()` for a float mask",
+    safe_fix=True,
 ))
 FINFO_MIN_SUMMED = register(RuleInfo(
     "MC513", "finfo-min-summed", W, "source",
@@ -181,6 +183,7 @@ BITWISE_NOT_INT_MASK = register(RuleInfo(
     "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
     "pad = enc['attention_mask'] == 0",
     "use `mask == 0` or `~mask.bool()`",
+    safe_fix=True,
 ))
 KEEP_MASK_AS_FILL_CONDITION = register(RuleInfo(
     "MC519", "keep-mask-as-fill-condition", E, "source",

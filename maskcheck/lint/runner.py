@@ -6,7 +6,7 @@ import ast
 import os
 from collections.abc import Sequence
 
-from maskcheck.lint.checks import Hit, lint_tree
+from maskcheck.lint.checks import Edit, Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
 from maskcheck.lint.prefilter import worth_parsing
 from maskcheck.model import FileReport, Finding
@@ -144,3 +144,41 @@ def lint_files(
         done = list(pool.map(_lint_batch, batches))
     by_path: dict[str, FileReport] = {r.path: r for batch in done for r in batch}
     return [by_path[path] for path, _ in items]
+
+
+def fixed_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> str:
+    """The source with every safe fix of an unsuppressed finding applied (same text if none).
+
+    Edits are made on the original lines, so line endings, encoding and everything else in
+    the file stay as they were; an edit that spans lines or overlaps another is left out.
+    """
+    safe = frozenset(c for c in enabled if (rule := get_rule(c)) is not None and rule.safe_fix)
+    if not safe:
+        return source
+    edits = [h.edit for h in find_hits(source, safe, path=path) if h.edit is not None]
+    edits = [e for e in edits if e.line == e.end_line]
+    if not edits:
+        return source
+    lines = source.splitlines(keepends=True)
+    by_line: dict[int, list[Edit]] = {}
+    for edit in edits:
+        by_line.setdefault(edit.line, []).append(edit)
+    for number, line_edits in by_line.items():
+        if number > len(lines):
+            continue
+        raw = lines[number - 1]
+        body = raw.rstrip("\r\n")
+        data = body.encode("utf-8")
+        last_start = len(data) + 1
+        for edit in sorted(line_edits, key=lambda e: e.col, reverse=True):
+            if edit.end_col > last_start or edit.end_col > len(data):
+                continue  # overlaps the edit to its right
+            data = data[:edit.col] + edit.text.encode("utf-8") + data[edit.end_col:]
+            last_start = edit.col
+        lines[number - 1] = data.decode("utf-8") + raw[len(body):]
+    fixed = "".join(lines)
+    try:
+        ast.parse(fixed, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source  # an edit met an unusual layout (a trailing comma on its own line...)
+    return fixed

@@ -26,6 +26,7 @@ class RuleInfo:
     bad: str  # a bad example (code)
     good: str  # the same, fixed
     fix: str = ""  # the generic fix in one line
+    safe_fix: bool = False  # `check --fix` rewrites the code (source rules only)
 
 
 _RULES: dict[str, RuleInfo] = {}
