@@ -28,7 +28,9 @@ INVERTED_MASK_ARGUMENT = register(RuleInfo(
     "only to the padding and ignores every real token. The reverse happens with "
     "F.scaled_dot_product_attention, whose boolean `attn_mask` means True = may attend: a "
     "`key_padding_mask` (True = padding) passed as `attn_mask` keeps exactly the padding.",
+    "mha = torch.nn.MultiheadAttention(64, 8, batch_first=True)\n"
     "out, _ = mha(x, x, x, key_padding_mask=attention_mask)",
+    "mha = torch.nn.MultiheadAttention(64, 8, batch_first=True)\n"
     "out, _ = mha(x, x, x, key_padding_mask=attention_mask == 0)",
     "invert the mask where the conventions meet (`~m`, `m == 0`, `m.logical_not()`)",
 ))

@@ -53,6 +53,7 @@ _NO_GRAD = frozenset({"no_grad", "inference_mode"})
 _API_NAMES = frozenset({"scaled_dot_product_attention", "triu", "tril", "masked_fill",
                         "MultiheadAttention", "finfo", "where", "full", "ones", "zeros"})
 # Names of score tensors: a bool mask added to one of these is a bug (MC509).
+_TORCH_KEY_PADDING_FUNCS = frozenset({"multi_head_attention_forward"})
 _SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim")
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
@@ -244,6 +245,21 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
         node = node.value
     name = dotted(node)
     return name is not None and _MASK_WORD.search(name) is not None
+
+
+def _is_cache_update(node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Call) and call_name(node) == "update"):
+        return False
+    base = receiver(node)
+    text = (dotted(base) or "").lower() if base is not None else ""
+    return "cache" in text or "past" in text
+
+
+def _tensor_operand(node: ast.AST) -> bool:
+    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`."""
+    if number(node) is not None or isinstance(node, ast.Attribute):
+        return False
+    return not (isinstance(node, ast.Name) and node.id.isupper())
 
 
 def _is_score_name(node: ast.AST) -> bool:
@@ -514,6 +530,10 @@ class Linter:
             self._assign_attribute(target, value, facts)
         else:
             self._forget_targets(target)
+            if isinstance(target, ast.Tuple) and _is_cache_update(value):
+                for element in target.elts:  # `k, v = cache.update(k, v)`: keys hold the cache
+                    if isinstance(element, ast.Name):
+                        self.scope.values[element.id] = Value(cached=True)
 
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in ast.walk(target):
@@ -604,7 +624,7 @@ class Linter:
                             "float('-inf')) or torch.where")
             facts = self.value(big)
             # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
-            if facts.additive and number(other, self.lookup) is None and not self.value(
+            if facts.additive and _tensor_operand(other) and not self.value(
                     other).zero_one and not mentions_mask(other):
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
@@ -676,7 +696,8 @@ class Linter:
         target_facts = self.value(target) if target is not None else UNKNOWN
         if value is not None and self._is_large_negative(value):
             self._large_negative(value, name, target)
-        if value is not None and is_wide_finfo_min(value) and target_facts.dtype == "half":
+        if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
+                target_facts.dtype == "half"):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         "float16/bfloat16 tensor with it raises (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
@@ -723,6 +744,9 @@ class Linter:
             return
         if name == "full" and dtype is None:
             return  # torch.full with a Python float and no dtype is float32
+        shape = argument(call, 0, "size")
+        if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
+            return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)
         self._large_negative(fill, name, target if dtype is None else None)
 
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
@@ -739,15 +763,24 @@ class Linter:
     # --- MC502 / MC511 ---
 
     def _inverted_kwargs(self, call: ast.Call) -> None:
-        for kw in call.keywords:
-            if kw.arg in KEY_PADDING_KWARGS:
-                self._key_padding_value(kw.value, kw.arg)
+        # Only torch's own modules take key_padding_mask as True = padding; other libraries
+        # reuse the name for a keep-mask (flash_attn's BertEncoder).
+        if any(kw.arg in KEY_PADDING_KWARGS for kw in call.keywords) and self._is_mha(call):
+            for kw in call.keywords:
+                if kw.arg in KEY_PADDING_KWARGS:
+                    self._key_padding_value(kw.value, kw.arg)
         if call_name(call, self.lookup) != "scaled_dot_product_attention":
             return
         mask = argument(call, 3, "attn_mask")
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
+
+    def _is_mha(self, call: ast.Call) -> bool:
+        if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:
+            return True
+        return isinstance(call.func, (ast.Attribute, ast.Name, ast.Call)) and self.value(
+            call.func).mha
 
     def _key_padding_value(self, node: ast.expr, where: str) -> None:
         if self._is_untouched(node, _is_hf_mask_name):
@@ -760,6 +793,10 @@ class Linter:
                         f"but {where} means True = padding: invert it (`== 0`)")
 
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
+        while isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            node = node.value  # `key_padding_mask[:, None, None, :]`
+        if isinstance(node, ast.Call) and not node.args and call_name(node) == "bool":
+            node = receiver(node) or node  # `attention_mask.bool()` keeps the convention
         name = last_name(node)
         if name is None or not callable(wanted) or not wanted(name):
             return False
@@ -864,6 +901,13 @@ class Linter:
         return self.scope.zero_masks
 
     def _subscript_write(self, target: ast.Subscript, value: ast.expr) -> None:
+        attr = self_attr(target)
+        cls = self._class_scope()
+        if attr is not None and cls is not None and attr in cls.buffer_attrs and (
+                self._in_forward() and is_masking_value(value, self.lookup)):
+            self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
+                        "inside forward: the stored mask changes on every call; build a new "
+                        "tensor instead")
         if self._is_large_negative(value) and mentions_mask(target):
             self._large_negative(value, "an indexed assignment", target.value)
         name = root_name(target)
@@ -924,7 +968,7 @@ class Linter:
     def _sdpa(self, call: ast.Call) -> None:
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
-        causal_on = causal is not None and is_true(causal)
+        causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
         if causal_on and mask is not None and not is_none(mask):
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
                         "is_causal=True: the MATH backend raises, others combine them "

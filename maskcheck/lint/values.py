@@ -20,9 +20,11 @@ _ONES_FUNCS = frozenset({"ones", "ones_like", "new_ones"})
 _FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
 # Tensor methods that keep the values (and so the facts) of their receiver.
 _KEEPS_VALUES = frozenset({
-    "to", "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
-    "repeat", "clone", "detach", "squeeze", "type_as", "view_as", "reshape_as", "flatten",
+    "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
+    "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
 })
+# Comparison methods: a bool result.
+_COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
 _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
@@ -42,6 +44,9 @@ class Value:
     finfo_min: bool = False  # filled with torch.finfo(...).min
     zero_one: bool = False  # a numeric matrix of 0 and 1 (triu/tril of ones, bool.float())
     all_ones: bool = False  # torch.ones: 1 everywhere (a triangle of it is 0/1)
+    zeros: bool = False  # torch.zeros: 0 everywhere (a fill of it makes an additive mask)
+    flag: bool | None = None  # a True/False constant (CAUSAL = True)
+    wide_finfo: bool = False  # torch.finfo(torch.float32).min held in a name
     tri: str | None = None  # where the True/1 entries sit: lower, upper, slower, supper (strict)
     hf_keep: bool = False  # a tokenizer's attention_mask: 1 = real token, int64
     hf_keep_inverted: bool = False  # that mask turned into True = padding (`== 0`, `~m.bool()`)
@@ -305,6 +310,8 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return _describe_binop(node, lookup)
     if isinstance(node, ast.Subscript):
         return _describe_subscript(node, lookup)
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return Value(flag=node.value)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
 
@@ -316,7 +323,7 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     if node.attr == "attention_mask" and describe(node.value, lookup).tokens:
         return Value(dtype="int", hf_keep=True)
     if is_finfo_min(node, lookup):
-        return Value(finfo_min=True)
+        return Value(finfo_min=True, wide_finfo=is_wide_finfo_min(node))
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
@@ -359,7 +366,22 @@ def _describe_compare(node: ast.Compare, lookup: Lookup) -> Value:
         left) or (last_name(left) or "").endswith("_ids")
     if not tensorish:
         return UNKNOWN
+    return _compared(lv, op, right, left)
+
+
+def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
+    """`input_ids == pad_token_id`, `ids.eq(PAD)`: True at padding."""
+    return (last_name(left) or "").lower().endswith("ids") and "pad" in (
+        dotted(right) or last_name(right) or "").lower()
+
+
+def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
+    if _is_pad_test(left, right):
+        if isinstance(op, ast.Eq):
+            return replace(out, hf_keep_inverted=True)
+        if isinstance(op, ast.NotEq):
+            return replace(out, hf_keep=True)
     c = number(right)
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
@@ -444,10 +466,14 @@ def _describe_factory(
     call: ast.Call, name: str, dtype_kw: str | None, lookup: Lookup
 ) -> Value | None:
     """torch.ones / full / triu / cat / where ... called as functions."""
+    # torch.zeros/ones/empty/rand with no dtype are float32 (torch's default dtype).
+    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} else None
     if name in _ONES_FUNCS:
-        return Value(dtype=dtype_kw, all_ones=dtype_kw != "bool")
+        return Value(dtype=dtype_kw or default, all_ones=dtype_kw != "bool")
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
-        return Value(dtype=dtype_kw or ("fp32" if name in {"randn", "rand"} else None))
+        return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES)
+    if name == "tensor" and call.args and _int_literal(call.args[0]):
+        return Value(dtype=dtype_kw or "int")
     if name in _FULL_FUNCS:
         fill = argument(call, 1, "fill_value")
         if fill is None:
@@ -486,6 +512,16 @@ def _describe_factory(
     return None
 
 
+_ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+
+
+def _int_literal(node: ast.AST) -> bool:
+    """A (nested) list of int literals, as in torch.tensor([[1, 1, 0]]): an int64 tensor."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_int_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
 def _names_a_cache(node: ast.AST) -> bool:
     text = (dotted(node) or last_name(node) or "").lower()
     return any(word in text for word in ("cache", "past", "prev"))
@@ -507,7 +543,19 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in {"to", "type"}:
         target = argument(call, 0, "dtype")
         dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype"))
-        return _retyped(base, dtype) if dtype else replace(base, tokens=False)
+        if dtype:
+            return _retyped(base, dtype)
+        if kwarg(call, "dtype") is None and (target is None or _is_device(target)):
+            return replace(base, tokens=False)  # a move, not a cast
+        return replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
+                       == "bool", hf_keep=False, hf_keep_inverted=False)
+    if name == "type_as":
+        return replace(base, dtype=None, tokens=False)
+    if name in _COMPARE_METHODS and call.args:
+        op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
+              "le": ast.LtE()}[name]
+        base_node = receiver(call)
+        return _compared(base, op, call.args[0], base_node if base_node is not None else call)
     if name in _KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         return replace(base, tokens=False, api=None, mha=False, grad=grad)
@@ -535,8 +583,14 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
 
 
 def _starts_empty(base: Value) -> bool:
-    """A zeros matrix (known dtype, nothing else known): filling it makes an additive mask."""
-    return base == Value(dtype=base.dtype) and base.dtype in {None, "fp32", "half"}
+    """A zeros matrix: filling it with -inf makes an additive mask."""
+    return base.zeros and base.dtype in {None, "fp32", "half"}
+
+
+def _is_device(node: ast.AST) -> bool:
+    text = (dotted(node) or last_name(node) or "").lower()
+    return "device" in text or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                and not dtype_of(node))
 
 
 def _retyped(base: Value, dtype: str) -> Value:
