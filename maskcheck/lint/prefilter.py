@@ -17,40 +17,39 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # Every spelling of a value beyond 65504, once digits are all 0: five digits or more, an
 # exponent, a radix prefix, `_` separators (`**` is looked at separately).
-_BIG_SHAPES = ("00000", "0e0", "0E0", "0e+0", "0E+0", "0x", "0X", "0o", "0O", "0b", "0B", "0_0")
+_BIG_SHAPES = (b"0x", b"0X", b"0o", b"0O", b"0b", b"0B", b"0_0")
+_EXPONENT_SHAPES = (b"0e0", b"0E0", b"0e+0", b"0E+0")
+_BIG_EXPONENT = re.compile(r"\d[eE]\+?0*(?:[4-9]|[1-9]\d)")  # 1e4 and beyond
+_DIGIT_BYTES = frozenset(b"0123456789")
 _POWER = re.compile(r"\d\s*\*\*")
-# Confirms a cheap hit: digits of 65505 or more, an exponent of 4 or more, a radix, `_`.
-_LARGE_EXACT = re.compile(
-    r"(?=\d)(?:\d{6}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|65504\."
-    r"|\d[eE]\+?0*(?:[4-9]|[1-9]\d)|0[xXoObB]|\d_\d)")
 # -inf spelled any way float() or a module constant takes it: inf, Inf, INF, infinity, PINF.
 _INF = re.compile(r"inf(?:inity)?\b")
 # MC512: `<numeric literal> - <bool tensor>`: the literal's text ends in a digit or a dot
 # (searched in the text with every digit made 0; each pattern starts with a literal: fast).
-_DIGIT_MINUS = re.compile(r"0[\s\\]*-")
+_DIGIT_MINUS = re.compile(rb"0[\s\\]*-")
 _DOT_MINUS = re.compile(r"\.[\s\\]*-")
-_TRANSFORMER = re.compile(r"\bTransformer(?:Encoder|Decoder)?(?:Layer)?\b")
+_TRANSFORMER = re.compile(r"Transformer(?:Encoder|Decoder)?(?:Layer)?\b")
 _MASK_WORDS = ("mask", "bias", "causal", "extended")
 _MASK_WORD = r"(?:mask|bias|causal|extended)"
 # MC509 (on lower-cased text): `+` right before a mask-named operand, or right after one (an
 # optional simple index).
-_PLUS_MASK = re.compile(
-    r"\+(?:[\s(\\]|#[^\n]*)*[\w.]*" + _MASK_WORD
-    + r"|" + _MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*)*\+")
+_PLUS_THEN_MASK = re.compile(r"\+(?:[\s(\\]|#[^\n]*)*[\w.]*" + _MASK_WORD)
+_MASK_THEN_PLUS = re.compile(_MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*)*\+")
 
 
 class _Text:
     """A text and the views of it that the conditions share (computed once, on demand)."""
 
-    __slots__ = ("_low", "_zeros", "text")
+    __slots__ = ("_large", "_low", "_zeros", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self._low: str | None = None
-        self._zeros: str | None = None
+        self._zeros: bytes | None = None
+        self._large: bool | None = None
 
     @property
     def low(self) -> str:
@@ -59,9 +58,10 @@ class _Text:
         return self._low
 
     @property
-    def zeros(self) -> str:
+    def zeros(self) -> bytes:
+        """The text as UTF-8 with every digit 1-9 made 0 (bytes.translate runs at C speed)."""
         if self._zeros is None:
-            self._zeros = self.text.translate(_DIGITS_TO_ZERO)
+            self._zeros = self.text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO)
         return self._zeros
 
 
@@ -81,23 +81,55 @@ def _has_low(*tokens: str) -> _Test:
 
 
 def _large_number(t: _Text) -> bool:
+    if t._large is None:
+        zeros = t.zeros
+        t._large = (any(shape in zeros for shape in _BIG_SHAPES) or _big_digit_run(t)
+                    or (any(shape in zeros for shape in _EXPONENT_SHAPES)
+                        and _BIG_EXPONENT.search(t.text) is not None)
+                    or (b"**" in zeros and _POWER.search(t.text) is not None))
+    return t._large
+
+
+def _big_digit_run(t: _Text) -> bool:
+    """A run of digits worth 65505 or more (or 65504.x): found as 00000 in the zeroed bytes."""
     zeros = t.zeros
-    if any(shape in zeros for shape in _BIG_SHAPES) and _LARGE_EXACT.search(t.text):
-        return True
-    return "**" in zeros and _POWER.search(t.text) is not None
+    at = zeros.find(b"00000")
+    if at == -1:
+        return False
+    data = t.text.encode("utf-8", "surrogatepass")
+    while at != -1:
+        start = at
+        while start > 0 and data[start - 1] in _DIGIT_BYTES:
+            start -= 1
+        end = at + 5
+        while end < len(data) and data[end] in _DIGIT_BYTES:
+            end += 1
+        value = int(data[start:end])
+        if value >= 65505 or (value == 65504 and data[end:end + 1] == b"."):
+            return True
+        at = zeros.find(b"00000", end)
+    return False
 
 
 def _mha_or_sdpa(t: _Text) -> bool:
     text = t.text
     return ("key_padding_mask" in text or "MultiheadAttention" in text
             or "scaled_dot_product_attention" in text
-            or ("Transformer" in text and _TRANSFORMER.search(text) is not None))
+            or ("Transformer" in text and _transformer_class(text)))
+
+
+def _transformer_class(text: str) -> bool:
+    """`Transformer`, `TransformerEncoderLayer`... as a whole word (not `TransformersKwargs`)."""
+    for m in _TRANSFORMER.finditer(text):
+        if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_"):
+            return True
+    return False
 
 
 def _plus_mask(t: _Text) -> bool:
     low = t.low
     return "+" in low and any(w in low for w in _MASK_WORDS) and (
-        _PLUS_MASK.search(low) is not None)
+        _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
 
 
 def _literal_minus(t: _Text) -> bool:
