@@ -747,6 +747,9 @@ class Linter:
         shape = argument(call, 0, "size")
         if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
             return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)
+        if target is not None and dtype is None and not (
+                mentions_mask(target) or self.value(target).dtype == "half"):
+            return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
 
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
