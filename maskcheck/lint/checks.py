@@ -12,7 +12,7 @@ import ast
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
@@ -23,6 +23,7 @@ from maskcheck.lint.values import (
     call_name,
     describe,
     dotted,
+    is_finfo_min,
     is_masking_value,
     is_module_call,
     is_neg_inf,
@@ -53,6 +54,8 @@ _NO_GRAD = frozenset({"no_grad", "inference_mode"})
 _API_NAMES = frozenset({"scaled_dot_product_attention", "triu", "tril", "masked_fill",
                         "MultiheadAttention", "finfo", "where", "full", "ones", "zeros"})
 # Names of score tensors: a bool mask added to one of these is a bug (MC509).
+# nn.MultiheadAttention / nn.Transformer* keywords whose bool mask means True = masked.
+_MHA_MASK_KWARGS = frozenset({"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask"})
 _TORCH_KEY_PADDING_FUNCS = frozenset({"multi_head_attention_forward"})
 _SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim")
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
@@ -245,6 +248,15 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
         node = node.value
     name = dotted(node)
     return name is not None and _MASK_WORD.search(name) is not None
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    if isinstance(target, ast.Name):
+        return ast.Name(target.id, ast.Load())
+    if isinstance(target, ast.Attribute):
+        return ast.Attribute(target.value, target.attr, ast.Load())
+    assert isinstance(target, ast.Subscript)
+    return ast.Subscript(target.value, target.slice, ast.Load())
 
 
 def _is_cache_update(node: ast.AST) -> bool:
@@ -465,6 +477,10 @@ class Linter:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
         elif isinstance(node, ast.AugAssign):
+            if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
+                # `s += mask` reads like `s = s + mask` for the rules on + and *
+                left = ast.copy_location(_as_load(node.target), node.target)
+                self._binop(ast.copy_location(ast.BinOp(left, node.op, node.value), node))
             self._taint(node.target)
             self._forget_targets(node.target)
         elif isinstance(node, ast.For):
@@ -491,8 +507,12 @@ class Linter:
             self._full(call, name)
         elif name in {"triu", "triu_"}:
             self._triu(call, parent)
+        elif name in {"tril", "tril_"}:
+            self._tril(call)
         elif name == "scaled_dot_product_attention":
             self._sdpa(call)
+        elif name in {"add", "mul"} and not call.keywords:
+            self._arithmetic_call(call, name)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
             held = call.func.value.id
@@ -506,7 +526,7 @@ class Linter:
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
         if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
-                kw.arg == "attn_mask" for kw in call.keywords)) and isinstance(
+                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)) and isinstance(
                 call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
             self._mha_call(call)
         self._inverted_kwargs(call)
@@ -553,6 +573,8 @@ class Linter:
             return
         if isinstance(value, ast.Call) and call_name(value, self.lookup) in _ZEROS_FUNCS:
             scope.zero_masks[name] = True
+        if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
+            facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         self.bind(name, facts)
 
     def _forget(self, name: str) -> None:
@@ -604,6 +626,18 @@ class Linter:
         return False
 
     # --- expressions ---
+
+    def _arithmetic_call(self, call: ast.Call, name: str) -> None:
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`: the rules on + and *."""
+        op: ast.operator = ast.Add() if name == "add" else ast.Mult()
+        base = receiver(call)
+        if is_module_call(call) and len(call.args) == 2:
+            left, right = call.args
+        elif base is not None and not is_module_call(call) and len(call.args) == 1:
+            left, right = base, call.args[0]
+        else:
+            return
+        self._binop(ast.copy_location(ast.BinOp(left, op, right), call))
 
     def _binop(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.Mult):
@@ -668,7 +702,8 @@ class Linter:
         if not isinstance(node.op, ast.Invert):
             return
         facts = self.value(node.operand)
-        if facts.dtype == "int" and (facts.hf_keep or mentions_mask(node.operand)):
+        if facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
+                node.operand)):
             edit = self._edit(node, f"({self._paren(node.operand)} == 0)")
             self.report("MC518", node, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
                         "~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() first", edit)
@@ -701,7 +736,7 @@ class Linter:
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         "float16/bfloat16 tensor with it raises (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
-        if condition is None or value is None or not is_masking_value(value, self.lookup):
+        if condition is None or value is None or not self._is_fill_value(value):
             return
         cond = self.value(condition)
         if cond.hf_keep and not cond.hf_keep_inverted:
@@ -720,6 +755,13 @@ class Linter:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
                             "forward: the stored mask is rewritten on every call; use "
                             "masked_fill (out of place)")
+
+    def _is_fill_value(self, node: ast.AST) -> bool:
+        """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
+        v = number(node, self.lookup)
+        if v is not None:
+            return v <= -1000
+        return is_finfo_min(node, self.lookup)
 
     def _where(self, call: ast.Call) -> None:
         branches = call.args[1:3]
@@ -803,16 +845,24 @@ class Linter:
         name = last_name(node)
         if name is None or not callable(wanted) or not wanted(name):
             return False
-        return not (isinstance(node, ast.Name) and (
-            node.id in self.scope.assigned or bool(self.lookup(node.id))))
+        if not isinstance(node, ast.Name):
+            return True
+        known = self.lookup(node.id)
+        if known.hf_keep and not known.hf_keep_inverted:
+            return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
+        return node.id not in self.scope.assigned and not known
 
     def _mha_call(self, call: ast.Call) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
         if len(call.args) > _MHA_KEY_PADDING_INDEX:
             self._key_padding_value(call.args[_MHA_KEY_PADDING_INDEX], "key_padding_mask")
-        mask = argument(call, _MHA_ATTN_MASK_INDEX, "attn_mask")
-        if mask is None:
-            return
+        masks = [kw.value for kw in call.keywords if kw.arg in _MHA_MASK_KWARGS]
+        if len(call.args) > _MHA_ATTN_MASK_INDEX:
+            masks.append(call.args[_MHA_ATTN_MASK_INDEX])
+        for mask in masks:
+            self._mha_mask(mask)
+
+    def _mha_mask(self, mask: ast.expr) -> None:
         facts = self.value(mask)
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
             self.report("MC521", mask, f"{self._text(mask)} is True on and below the diagonal, but "
@@ -840,6 +890,18 @@ class Linter:
             elif (isinstance(parent, ast.Assign) and len(parent.targets) == 1
                   and isinstance(parent.targets[0], ast.Name)):
                 self.scope.bool_triu[parent.targets[0].id] = call
+
+    def _tril(self, call: ast.Call) -> None:
+        """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""
+        if is_module_call(call):
+            matrix, diagonal = argument(call, 0, "input"), argument(call, 1, "diagonal")
+        else:
+            matrix, diagonal = receiver(call), argument(call, 0, "diagonal")
+        d = 0.0 if diagonal is None else number(diagonal, self.lookup)
+        if matrix is not None and d in {0.0, -1.0} and self._is_additive_matrix(matrix):
+            self.report("MC521", call, "tril of a -inf matrix masks the past (below the "
+                        "diagonal), not the future: a look-ahead mask is "
+                        "triu(..., diagonal=1)")
 
     def _is_additive_matrix(self, node: ast.AST) -> bool:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):

@@ -132,6 +132,10 @@ def _plus_mask(t: _Text) -> bool:
         _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
 
 
+def _has_mask_word(t: _Text) -> bool:
+    return any(w in t.low for w in _MASK_WORDS)
+
+
 def _literal_minus(t: _Text) -> bool:
     return _DIGIT_MINUS.search(t.zeros) is not None or _DOT_MINUS.search(t.text) is not None
 
@@ -145,18 +149,19 @@ _CONDITIONS: dict[str, _Test] = {
     "MC504": _all(_has("zeros"), _has("==")),
     "MC505": _has("masked_fill_"),
     "MC506": _has("scaled_dot_product_attention"),
-    "MC509": _all(_plus_mask, _BOOL_EVIDENCE),
+    "MC509": _all(lambda t: _plus_mask(t) or ("add" in t.text and _has_mask_word(t)),
+                  _BOOL_EVIDENCE),
     "MC510": _all(_has("scaled_dot_product_attention"), _has("cat")),
     "MC511": _all(_mha_or_sdpa, _TOKENIZER),
     "MC512": _all(_literal_minus, _BOOL_EVIDENCE),
-    "MC513": _all(_has("finfo"), _has("+")),
+    "MC513": _all(_has("finfo"), _has("+", "add")),
     "MC517": _all(_has("finfo"), _has("float", "double"), _has("half", "float16", "bfloat16")),
     "MC518": _all(_has("~"), lambda t: "int" in t.text or "long" in t.text or _TOKENIZER(t)),
     "MC519": _all(_has("masked_fill"), _TOKENIZER),
     "MC521": _has("tril", "triu"),
-    "MC522": _all(_has("*"), lambda t: _INF.search(t.low) is not None),
-    "MC523": _all(_has("*"), lambda t: "finfo" in t.text or _INF.search(t.low) is not None
-                  or _large_number(t)),
+    "MC522": _all(_has("*", "mul"), lambda t: _INF.search(t.low) is not None),
+    "MC523": _all(_has("*", "mul"), lambda t: "finfo" in t.text or _INF.search(t.low) is not None
+                  or _large_number(t) or "generate_square_subsequent_mask" in t.text),
     "MC524": _all(_has("masked_fill_"), _has("register_buffer")),
 }
 

@@ -47,6 +47,7 @@ class Value:
     zeros: bool = False  # torch.zeros: 0 everywhere (a fill of it makes an additive mask)
     flag: bool | None = None  # a True/False constant (CAUSAL = True)
     wide_finfo: bool = False  # torch.finfo(torch.float32).min held in a name
+    int_mask: bool = False  # a mask cast to an integer dtype (`attention_mask.int()`)
     tri: str | None = None  # where the True/1 entries sit: lower, upper, slower, supper (strict)
     hf_keep: bool = False  # a tokenizer's attention_mask: 1 = real token, int64
     hf_keep_inverted: bool = False  # that mask turned into True = padding (`== 0`, `~m.bool()`)
@@ -262,6 +263,15 @@ def dtype_of(node: ast.AST | None) -> str | None:
     return None
 
 
+def _names_mask(node: ast.AST) -> bool:
+    """A name, attribute or string key with `mask` in it (`batch["attention_mask"]`)."""
+    return any(
+        (isinstance(n, ast.Constant) and isinstance(n.value, str) and "mask" in n.value)
+        or (isinstance(n, ast.Name) and "mask" in n.id.lower())
+        or (isinstance(n, ast.Attribute) and "mask" in n.attr.lower())
+        for n in ast.walk(node))
+
+
 def mentions_mask(node: ast.AST) -> bool:
     """A name that reads as an attention mask or bias (MC501's filter)."""
     for n in ast.walk(node):
@@ -363,7 +373,7 @@ def _describe_compare(node: ast.Compare, lookup: Lookup) -> Value:
     left, op, right = node.left, node.ops[0], node.comparators[0]
     lv = describe(left, lookup)
     tensorish = bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or mentions_mask(
-        left) or (last_name(left) or "").endswith("_ids")
+        left) or (last_name(left) or "").endswith("ids")
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
@@ -473,7 +483,11 @@ def _describe_factory(
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES)
     if name == "tensor" and call.args and _int_literal(call.args[0]):
-        return Value(dtype=dtype_kw or "int")
+        return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
+    if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
+        return Value(dtype=dtype_kw or "fp32", zero_one=True)
+    if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
+        return Value(finfo_min=True, additive=True)
     if name in _FULL_FUNCS:
         fill = argument(call, 1, "fill_value")
         if fill is None:
@@ -494,12 +508,17 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) for p in parts[:-1]):
             return Value(cached=True)
         return UNKNOWN
+    if name == "generate_square_subsequent_mask":
+        return Value(additive=True)  # nn.Transformer's 0 / -inf float mask
     if name == "where" and len(call.args) == 3:
         a, b = call.args[1], call.args[2]
         if is_finfo_min(a, lookup) or is_finfo_min(b, lookup):
             return Value(finfo_min=True, additive=True)
         if all(number(x, lookup) is not None for x in (a, b)):
-            return Value(dtype="fp32")  # two Python scalars: torch's default dtype
+            # two Python scalars: torch's default dtype; 0 and -inf make an additive mask
+            masking = any(is_masking_value(x, lookup) for x in (a, b)) and any(
+                number(x, lookup) == 0 for x in (a, b))
+            return Value(dtype="fp32", additive=masking)
         return UNKNOWN
     if name in {"logical_not", "logical_and", "logical_or"} and call.args:
         base = describe(call.args[0], lookup)
@@ -522,6 +541,23 @@ def _int_literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
+def _literal_values(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [v for e in node.elts for v in _literal_values(e)]
+    return [node]
+
+
+def _zero_one_literal(node: ast.AST) -> bool:
+    """A (nested) list of 0s and 1s with both present: a 0/1 mask written out."""
+    values = {number(v) for v in _literal_values(node)}
+    return values == {0.0, 1.0}
+
+
+def _holds_finfo_min(node: ast.AST, lookup: Lookup) -> bool:
+    return isinstance(node, (ast.List, ast.Tuple)) and any(
+        is_finfo_min(v, lookup) for v in _literal_values(node))
+
+
 def _names_a_cache(node: ast.AST) -> bool:
     text = (dotted(node) or last_name(node) or "").lower()
     return any(word in text for word in ("cache", "past", "prev"))
@@ -539,7 +575,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name == "bool":
         return replace(base, dtype="bool", zero_one=False, number=None)
     if name in {"long", "int"}:
-        return replace(base, dtype="int", zero_one=False)
+        base_node = receiver(call)
+        masked = base_node is not None and _names_mask(base_node)
+        return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep)
     if name in {"to", "type"}:
         target = argument(call, 0, "dtype")
         dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype"))
