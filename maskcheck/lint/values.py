@@ -425,6 +425,9 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
         return Value(number=v)
     left, right = describe(node.left, lookup), describe(node.right, lookup)
     if isinstance(node.op, ast.Mult):
+        for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
+            if _one_minus(a_node) and is_finfo_min(b_node, lookup):
+                return Value(finfo_min=True, additive=True)  # HF's `(1.0 - m) * finfo.min`
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
                 return Value(finfo_min=True, additive=True)
@@ -439,6 +442,11 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
         return Value(dtype="bool")
     dtype = left.dtype if left.dtype in {"fp32", "half"} else None
     return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _one_minus(node: ast.AST) -> bool:
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
+            and number(node.left) == 1)
 
 
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
