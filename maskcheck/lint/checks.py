@@ -250,6 +250,16 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
     return name is not None and _MASK_WORD.search(name) is not None
 
 
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clamp_min", "maximum"})
+
+
+def _is_clamped(node: ast.AST, parent: ast.AST | None) -> bool:
+    """`(a + b).clamp(min=m)`, `torch.clamp(a + b, min=m)`: the overflow is undone at once."""
+    if isinstance(parent, ast.Attribute) and parent.attr in _CLAMPS:
+        return True
+    return isinstance(parent, ast.Call) and call_name(parent) in _CLAMPS and node in parent.args
+
+
 def _as_load(target: ast.expr) -> ast.expr:
     if isinstance(target, ast.Name):
         return ast.Name(target.id, ast.Load())
@@ -402,7 +412,7 @@ class Linter:
             ast.Call: lambda n, p, s: self._call(n, p),
             ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
             ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
-            ast.BinOp: lambda n, p, s: self._binop(n),
+            ast.BinOp: lambda n, p, s: self._binop(n, p),
             ast.UnaryOp: lambda n, p, s: self._invert(n),
             ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
             ast.Lambda: self._enter_function,
@@ -639,13 +649,13 @@ class Linter:
             return
         self._binop(ast.copy_location(ast.BinOp(left, op, right), call))
 
-    def _binop(self, node: ast.BinOp) -> None:
+    def _binop(self, node: ast.BinOp, parent: ast.AST | None = None) -> None:
         if isinstance(node.op, ast.Mult):
             self._product(node)
         elif isinstance(node.op, ast.Sub):
             self._difference(node)
         elif isinstance(node.op, ast.Add):
-            self._sum(node)
+            self._sum(node, clamped=_is_clamped(node, parent))
 
     def _product(self, node: ast.BinOp) -> None:
         for big, other in ((node.left, node.right), (node.right, node.left)):
@@ -682,9 +692,9 @@ class Linter:
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
 
-    def _sum(self, node: ast.BinOp) -> None:
+    def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         left, right = self.value(node.left), self.value(node.right)
-        if left.finfo_min and right.finfo_min:
+        if left.finfo_min and right.finfo_min and not clamped:
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
                         "sum overflows to -inf and a fully masked row becomes NaN; combine "
                         "them with torch.minimum or a bool mask")
