@@ -311,6 +311,9 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
     if isinstance(node, ast.Attribute):
         return _describe_attribute(node, lookup)
     if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id == "float":
+            v = number(node, lookup)  # `MASKED = float("-inf")`
+            return Value(number=v) if v is not None else UNKNOWN
         return _describe_call(node, lookup)
     if isinstance(node, ast.Compare):
         return _describe_compare(node, lookup)
