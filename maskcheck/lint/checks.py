@@ -892,7 +892,7 @@ class Linter:
             return
         if self._is_additive_matrix(matrix):
             self._triu_hit(call, diagonal)
-        elif _is_true_matrix(matrix):
+        elif _is_true_matrix(matrix) or self._is_true_name(matrix):
             # A True-filled triu is also how chunked linear attention zeroes its upper triangle
             # on purpose (masked_fill(mask, 0)); only a use as an attention mask is a bug.
             if isinstance(parent, ast.keyword) and parent.arg in MASK_KWARGS:
@@ -912,6 +912,13 @@ class Linter:
             self.report("MC521", call, "tril of a -inf matrix masks the past (below the "
                         "diagonal), not the future: a look-ahead mask is "
                         "triu(..., diagonal=1)")
+
+    def _is_true_name(self, node: ast.AST) -> bool:
+        """A name bound to an all-True matrix (`future = torch.ones(n, n, dtype=torch.bool)`)."""
+        if not isinstance(node, ast.Name):
+            return False
+        facts = self.lookup(node.id)
+        return facts.dtype == "bool" and facts.all_ones
 
     def _is_additive_matrix(self, node: ast.AST) -> bool:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):

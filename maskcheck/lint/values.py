@@ -490,7 +490,7 @@ def _describe_factory(
     # torch.zeros/ones/empty/rand with no dtype are float32 (torch's default dtype).
     default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} else None
     if name in _ONES_FUNCS:
-        return Value(dtype=dtype_kw or default, all_ones=dtype_kw != "bool")
+        return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES)
     if name == "tensor" and call.args and _int_literal(call.args[0]):
