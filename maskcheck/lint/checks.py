@@ -754,7 +754,10 @@ class Linter:
                         "attention_mask "
                         "(1 = real token): as the masked_fill condition it masks the real "
                         "tokens; fill where it == 0")
-        elif cond.dtype == "bool" and cond.tri in {"lower", "slower"}:
+        elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
+                value, self.lookup):
+            # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
+            # with -1e4 on purpose (transformers' pp_doclayout).
             self.report("MC521", condition, f"{self._text(condition)} is True on and below the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
