@@ -31,6 +31,8 @@ class CheckOptions:
     fail_on: str | None = None
     api: str | None = None
     jobs: int | None = None
+    fix: bool = False  # apply safe fixes before reporting what is left
+    diff: bool = False  # print the safe fixes as a unified diff; change nothing
 
 
 def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severity]:
@@ -75,6 +77,14 @@ def is_torchscript(path: Path) -> bool:
     except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError):
         return False
     return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
+def _fix(paths: list[Path], opts: CheckOptions) -> list[Any]:
+    from maskcheck.lint.files import collect
+    from maskcheck.lint.fix import fix_files
+
+    config = discover(common_start(paths))
+    selection = _selection(config, opts)
+    items = [(str(p), _enabled_for(p, selection, config)) for p in collect(paths, config).sources]
+    return list(fix_files(items, write=not opts.diff))
 
 
 def _selection(config: Config, opts: CheckOptions) -> Selection:
@@ -152,6 +162,11 @@ def run_check(
         raise UsageError(f"--format takes {'|'.join(FORMATS)}, not {fmt!r}")
     if not paths:
         raise UsageError("check needs at least one PATH")
+    if opts.fix or opts.diff:
+        fixes = _fix(paths, opts)
+        if opts.diff:  # as ruff: the diff only, exit 1 when something would change
+            sys.stdout.write("".join(f.diff() for f in fixes))
+            return 1 if fixes else 0
     report, fail_on = build_report(paths, opts)
     write_output(render(report, fmt, statistics=statistics))
     code = report.exit_code(fail_on)
@@ -174,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--statistics", action="store_true")
     p.add_argument("--exit-zero", action="store_true")
     p.add_argument("--jobs", "-j", type=int, metavar="N")
+    p.add_argument("--fix", action="store_true")
+    p.add_argument("--diff", action="store_true")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -201,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = CheckOptions(
             select=tuple(split_codes(ns.select)), ignore=tuple(split_codes(ns.ignore)),
             extend_select=tuple(split_codes(ns.extend_select)), fail_on=ns.fail_on,
-            api=ns.api, jobs=ns.jobs,
+            api=ns.api, jobs=ns.jobs, fix=ns.fix, diff=ns.diff,
         )
         return run_check(ns.paths, opts, fmt=ns.fmt, statistics=ns.statistics,
                          exit_zero=ns.exit_zero)
@@ -231,12 +248,14 @@ def register(app: Any) -> None:
         exit_zero: bool = opt(False, "--exit-zero", help="Exit 0 even with findings."),
         jobs: int | None = opt(None, "--jobs", "-j", min=1, metavar="N",
                                help="Processes for many files."),
+        fix: bool = opt(False, "--fix", help="Apply safe fixes (see `maskcheck rules`)."),
+        diff: bool = opt(False, "--diff", help="Show safe fixes as a diff; change nothing."),
     ) -> int:
         """Lint Python sources and check mask files; findings only, exit code for gating."""
         opts = CheckOptions(
             select=tuple(split_codes(select)), ignore=tuple(split_codes(ignore)),
             extend_select=tuple(split_codes(extend_select)), fail_on=fail_on, api=api,
-            jobs=jobs,
+            jobs=jobs, fix=fix, diff=diff,
         )
         return run_check(list(paths), opts, fmt=output_format, statistics=statistics,
                          exit_zero=exit_zero)

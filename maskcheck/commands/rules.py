@@ -40,6 +40,7 @@ def rule_json(rule: RuleInfo) -> dict[str, Any]:
         "bad": rule.bad,
         "good": rule.good,
         "fix": rule.fix,
+        "safe_fix": rule.safe_fix,
     }
 
 
@@ -55,6 +56,7 @@ def rules_table(rules: list[RuleInfo], unicode: bool = True) -> Table:
     table.add_column("name", no_wrap=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("kind", no_wrap=True, style="dim")
+    table.add_column("fix", no_wrap=True)
     table.add_column("summary", overflow="fold", ratio=1)
     previous = None
     for rule in rules:
@@ -66,6 +68,7 @@ def rules_table(rules: list[RuleInfo], unicode: bool = True) -> Table:
             rule.name,
             Text(rule.severity.value, style=_SEVERITY_STYLE[rule.severity]),
             rule.kind,
+            "safe" if rule.safe_fix else "",
             rule.summary,
         )
     return table
@@ -81,6 +84,8 @@ def rules_list(rules: list[RuleInfo]) -> Group:
         head.append(rule.severity.value.ljust(8), style=_SEVERITY_STYLE[rule.severity])
         head.append(rule.name)
         head.append(f"  ({rule.kind})", style="dim")
+        if rule.safe_fix:
+            head.append("  [safe fix]")
         lines.append(head)
         lines.append(Padding(Text(rule.summary, style="dim"), (0, 0, 0, 7), expand=False))
     return Group(*lines)
@@ -106,6 +111,8 @@ def explanation_markdown(rule: RuleInfo) -> str:
         parts += ["", "Use instead:", "```python", rule.good.rstrip(), "```"]
     if rule.fix.strip():
         parts += ["", "## Fix", rule.fix.strip()]
+    if rule.safe_fix:
+        parts += ["", "Fix is always available: `maskcheck check --fix` (or `--diff`)."]
     return "\n".join(parts) + "\n"
 
 

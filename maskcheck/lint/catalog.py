@@ -28,7 +28,9 @@ INVERTED_MASK_ARGUMENT = register(RuleInfo(
     "only to the padding and ignores every real token. The reverse happens with "
     "F.scaled_dot_product_attention, whose boolean `attn_mask` means True = may attend: a "
     "`key_padding_mask` (True = padding) passed as `attn_mask` keeps exactly the padding.",
+    "mha = torch.nn.MultiheadAttention(64, 8, batch_first=True)\n"
     "out, _ = mha(x, x, x, key_padding_mask=attention_mask)",
+    "mha = torch.nn.MultiheadAttention(64, 8, batch_first=True)\n"
     "out, _ = mha(x, x, x, key_padding_mask=attention_mask == 0)",
     "invert the mask where the conventions meet (`~m`, `m == 0`, `m.logical_not()`)",
 ))
@@ -42,6 +44,7 @@ TRIU_DIAGONAL_ZERO = register(RuleInfo(
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=0)",
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
     "pass diagonal=1 to triu for a causal mask",
+    safe_fix=True,
 ))
 FILL_AFTER_ZERO_FILL = register(RuleInfo(
     "MC504", "fill-after-zero-fill", E, "source",
@@ -82,4 +85,180 @@ CAUSAL_FLAG_WITH_MASK = register(RuleInfo(
     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad, is_causal=True)",
     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad & causal)",
     "pass either attn_mask (with the causal part folded in) or is_causal=True, not both",
+))
+BOOL_MASK_ADDED = register(RuleInfo(
+    "MC509", "bool-mask-added", E, "source",
+    "A bool mask added to attention scores: True adds 1.0, nothing is masked.",
+    "torch promotes a bool tensor to the scores' float dtype when the two are added, so "
+    "`scores + mask` adds 1.0 where the mask is True and 0.0 elsewhere. Nothing is masked: "
+    "the padding (or the future) keeps almost all of its attention weight. A bool mask "
+    "selects positions; it has to go through masked_fill or torch.where.",
+    "mask = attention_mask == 0\n"
+    "scores = scores + mask",
+    "mask = attention_mask == 0\n"
+    "scores = scores.masked_fill(mask, float('-inf'))",
+    "use masked_fill(m, -inf) / torch.where, or turn the mask into 0/-inf first",
+))
+CAUSAL_FLAG_WITH_CACHE = register(RuleInfo(
+    "MC510", "causal-flag-with-cache", W, "source",
+    "`is_causal=True` with keys that include a cache (L != S): the mask is aligned top-left.",
+    "With is_causal=True, scaled_dot_product_attention builds `tril(ones(L, S))`, aligned "
+    "to the top-left corner. When the keys hold a cache (S > L), query i should see the "
+    "cache plus new keys up to i, but the top-left triangle lets it see only the first i+1 "
+    "keys: a single new query sees only key 0. The output is silently wrong in generation.",
+    "k = torch.cat([past_k, k], dim=2)\n"
+    "v = torch.cat([past_v, v], dim=2)\n"
+    "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    "k = torch.cat([past_k, k], dim=2)\n"
+    "v = torch.cat([past_v, v], dim=2)\n"
+    "L, S = q.shape[-2], k.shape[-2]\n"
+    "keep = torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)\n"
+    "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
+    "pass an explicit mask aligned bottom-right (tril(diagonal=S - L)), or is_causal=False "
+    "for a single query",
+))
+FLIPPED_BOOL_DIRECTION = register(RuleInfo(
+    "MC511", "flipped-bool-direction", W, "source",
+    "A mask built as True = padding given where True = keep is meant (or the reverse).",
+    "nn.MultiheadAttention's bool masks mean True = masked; scaled_dot_product_attention's "
+    "bool attn_mask means True = may attend. A tokenizer's attention_mask turned into True "
+    "at padding (`mask == 0`, `~mask.bool()`) and handed to SDPA keeps only the padding; "
+    "the tokenizer's keep-mask (`mask.bool()`) handed to key_padding_mask masks every real "
+    "token. This rule follows the value from the tokenizer output, beyond MC502's names.",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "pad = enc['attention_mask'] == 0\n"
+    "out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'].bool()\n"
+    "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])",
+    "for SDPA pass True = attend (`m.bool()`); for MHA pass True = padding (`m == 0`)",
+))
+BOOL_MASK_SUBTRACT = register(RuleInfo(
+    "MC512", "bool-mask-subtract", E, "source",
+    "`1 - mask` on a bool mask: torch raises (no `-` on bool tensors).",
+    "torch refuses subtraction with a bool tensor: `1 - mask` raises 'Subtraction, the `-` "
+    "operator, with a bool tensor is not supported. If you are trying to invert a mask, use "
+    "the `~` or `logical_not()` operator instead.' The code works while the mask is an int "
+    "or float 0/1 tensor and breaks as soon as it is made with a comparison or `.bool()`.",
+    "keep = attention_mask > 0\n"
+    "pad = 1 - keep",
+    "keep = attention_mask > 0\n"
+    "pad = ~keep",
+    "invert with `~mask` or mask.logical_not(); `1 - mask.float()` for a float mask",
+    safe_fix=True,
+))
+FINFO_MIN_SUMMED = register(RuleInfo(
+    "MC513", "finfo-min-summed", W, "source",
+    "Two masks filled with finfo(dtype).min added together: the sum overflows to -inf.",
+    "torch.finfo(dtype).min is the most negative finite value; adding two of them overflows "
+    "to -inf (in float16 and float32 alike). Where both masks hide a position the combined "
+    "mask is -inf, and a row hidden by both becomes NaN after softmax, which the finite "
+    "minimum was chosen to avoid. Combine the masks before filling, or clamp the sum.",
+    "causal = torch.zeros(n, n).masked_fill(future, torch.finfo(dtype).min)\n"
+    "pad = torch.zeros(n, n).masked_fill(padding, torch.finfo(dtype).min)\n"
+    "mask = causal + pad",
+    "mask = torch.zeros(n, n).masked_fill(future | padding, torch.finfo(dtype).min)",
+    "fill once with the combined bool mask (`a | b`), or use torch.minimum / clamp",
+))
+WIDE_FINFO_TO_HALF = register(RuleInfo(
+    "MC517", "wide-finfo-to-half", E, "source",
+    "masked_fill of a float16/bfloat16 tensor with torch.finfo(torch.float32).min.",
+    "The float32 minimum (-3.4e38) does not fit in float16 (65504) or bfloat16 (3.39e38): "
+    "masked_fill raises 'value cannot be converted to type c10::Half without overflow' (and "
+    "c10::BFloat16 likewise, checked on torch 2.13). Take the minimum of the tensor's own "
+    "dtype.",
+    "scores = scores.half()\n"
+    "scores = scores.masked_fill(mask, torch.finfo(torch.float32).min)",
+    "scores = scores.half()\n"
+    "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)",
+    "use torch.finfo(x.dtype).min",
+))
+BITWISE_NOT_INT_MASK = register(RuleInfo(
+    "MC518", "bitwise-not-int-mask", E, "source",
+    "`~` on an integer 0/1 mask (a tokenizer's int64 attention_mask): ~1 == -2, ~0 == -1.",
+    "On an integer tensor `~` is bitwise NOT: ~1 is -2 and ~0 is -1, both non-zero, so the "
+    "'inverted' mask is true everywhere (and masked_fill refuses it: it needs bool). A "
+    "tokenizer's attention_mask is int64; invert it with `== 0` or convert it with .bool() "
+    "first.",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "pad = ~enc['attention_mask']",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "pad = enc['attention_mask'] == 0",
+    "use `mask == 0` or `~mask.bool()`",
+    safe_fix=True,
+))
+KEEP_MASK_AS_FILL_CONDITION = register(RuleInfo(
+    "MC519", "keep-mask-as-fill-condition", E, "source",
+    "A keep-mask (tokenizer attention_mask, 1 = real token) as the masked_fill condition.",
+    "masked_fill writes the value where the condition is True. A tokenizer's attention_mask "
+    "is 1 for real tokens, so `scores.masked_fill(attention_mask.bool(), -inf)` hides every "
+    "real token and leaves only the padding (a row with no padding becomes NaN).",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'].bool()\n"
+    "scores = scores.masked_fill(keep[:, None, None, :], float('-inf'))",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'].bool()\n"
+    "scores = scores.masked_fill(~keep[:, None, None, :], float('-inf'))",
+    "fill where the mask is 0: `masked_fill(attention_mask == 0, ...)`",
+))
+TRANSPOSED_CAUSAL_MASK = register(RuleInfo(
+    "MC521", "transposed-causal-mask", E, "source",
+    "A look-ahead mask built the wrong way round for its convention (tril vs triu).",
+    "A causal mask hides the future (above the diagonal). masked_fill and "
+    "nn.MultiheadAttention's bool attn_mask hide where the mask is True, so they need the "
+    "strict upper triangle (`triu(ones, 1)`, or `tril(ones) == 0`); SDPA's bool attn_mask "
+    "keeps where it is True, so it needs the lower triangle (`tril(ones)`). The other "
+    "triangle hides the past and shows the future: training looks fine and generation is "
+    "garbage.",
+    "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
+    "scores = scores.masked_fill(causal, float('-inf'))",
+    "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
+    "scores = scores.masked_fill(~causal, float('-inf'))",
+    "masked_fill / MHA: True above the diagonal (triu(..., 1)); SDPA: True on and below (tril)",
+))
+ZERO_TIMES_INF = register(RuleInfo(
+    "MC522", "zero-times-inf", E, "source",
+    "A 0/1 matrix multiplied by float('-inf'): 0 * -inf is NaN.",
+    "IEEE 754 defines 0 * inf as NaN. `torch.triu(torch.ones(n, n), 1) * float('-inf')` "
+    "gives -inf above the diagonal and NaN everywhere else, so every attention row is NaN. "
+    "With -1e9 the product is 0 where the matrix is 0; with -inf it must be a fill.",
+    "mask = torch.triu(torch.ones(n, n), diagonal=1) * float('-inf')",
+    "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
+    "use masked_fill(m.bool(), float('-inf')), torch.where or triu of a -inf matrix",
+))
+ADDITIVE_MASK_MULTIPLIED = register(RuleInfo(
+    "MC523", "additive-mask-multiplied", E, "source",
+    "An additive mask (0 / -inf or -1e9) multiplied into scores or weights.",
+    "An additive mask holds 0 where attention is allowed and -inf (or a large negative) "
+    "where it is not; it is meant to be added to the scores. Multiplied, it turns allowed "
+    "positions into 0 (or NaN for 0 * -inf) and masked ones into +-inf: the softmax is NaN "
+    "or meaningless.",
+    "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)\n"
+    "scores = scores * mask",
+    "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)\n"
+    "scores = scores + mask",
+    "add an additive mask; multiply only by a 0/1 mask (after softmax)",
+))
+BUFFER_MUTATED_IN_FORWARD = register(RuleInfo(
+    "MC524", "buffer-mutated-in-forward", W, "source",
+    "`self.<buffer>.masked_fill_(...)` inside forward: the stored mask changes on every call.",
+    "A mask registered with register_buffer is meant to be built once. An in-place "
+    "masked_fill_ on it inside forward rewrites the buffer on every call: the first batch's "
+    "padding leaks into every later batch, the state_dict holds a corrupted mask, and "
+    "fills accumulate until whole rows are masked.",
+    "class M(nn.Module):\n"
+    "    def __init__(self, n):\n"
+    "        super().__init__()\n"
+    "        self.register_buffer('mask', torch.zeros(n, n))\n"
+    "    def forward(self, x, pad):\n"
+    "        self.mask.masked_fill_(pad, float('-inf'))\n"
+    "        return x + self.mask",
+    "class M(nn.Module):\n"
+    "    def __init__(self, n):\n"
+    "        super().__init__()\n"
+    "        self.register_buffer('mask', torch.zeros(n, n))\n"
+    "    def forward(self, x, pad):\n"
+    "        mask = self.mask.masked_fill(pad, float('-inf'))\n"
+    "        return x + mask",
+    "use the out-of-place masked_fill and keep the buffer unchanged",
 ))

@@ -1,20 +1,45 @@
-"""The source rules MC501-MC506: one iterative walk over a module's `ast`, per-scope state.
+"""The source rules: one iterative walk over a whole module's `ast`, with a value table per scope.
 
 Every rule aims at high precision: it fires only on shapes of code that are wrong whatever
-the surrounding program does, and a name that was reassigned (or handed to another function)
-before the suspicious use is given the benefit of the doubt.
+the surrounding program does, on positive evidence about a value (see `values.py`), and a
+name that was reassigned (or handed to another function) before the suspicious use is given
+the benefit of the doubt.
 """
 
 from __future__ import annotations
 
 import ast
-import bisect
 import math
 import re
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
-FP16_MAX = 65504.0
+from maskcheck.lint.values import (
+    FP16_MAX,
+    UNKNOWN,
+    Value,
+    argument,
+    call_name,
+    describe,
+    dotted,
+    is_finfo_min,
+    is_masking_value,
+    is_module_call,
+    is_neg_inf,
+    is_none,
+    is_true,
+    is_wide_finfo_min,
+    is_zero,
+    kwarg,
+    last_name,
+    mentions_mask,
+    number,
+    receiver,
+    root_name,
+    self_attr,
+)
+
 MASK_KWARGS = frozenset(
     {"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask", "attention_mask"}
 )
@@ -22,12 +47,32 @@ KEY_PADDING_KWARGS = frozenset(
     {"key_padding_mask", "src_key_padding_mask", "tgt_key_padding_mask",
      "memory_key_padding_mask"}
 )
-_INF_NAMES = frozenset({"math.inf", "torch.inf", "np.inf", "numpy.inf", "np.Inf", "np.PINF"})
-_FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
 _ZEROS_FUNCS = frozenset({"zeros", "zeros_like", "new_zeros"})
-_ONES_FUNCS = frozenset({"ones", "ones_like", "new_ones"})
 _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_", "flip", "fliplr", "flipud"})
 _NO_GRAD = frozenset({"no_grad", "inference_mode"})
+# Functions whose aliases the value table follows (`from torch import triu as tu`).
+_API_NAMES = frozenset({"scaled_dot_product_attention", "triu", "tril", "masked_fill",
+                        "MultiheadAttention", "finfo", "where", "full", "ones", "zeros"})
+# Names of score tensors: a bool mask added to one of these is a bug (MC509).
+# nn.MultiheadAttention / nn.Transformer* keywords whose bool mask means True = masked.
+_MHA_MASK_KWARGS = frozenset({"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask"})
+_TORCH_KEY_PADDING_FUNCS = frozenset({"multi_head_attention_forward"})
+_SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim")
+# nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
+_MHA_KEY_PADDING_INDEX = 3
+_MHA_ATTN_MASK_INDEX = 5
+# A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
+_HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
+
+
+class Edit(NamedTuple):
+    """Replace the text between two (line, UTF-8 byte column) positions; lines are 1-based."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    text: str
 
 
 class Hit(NamedTuple):
@@ -36,164 +81,50 @@ class Hit(NamedTuple):
     col: int  # 0-based UTF-8 byte offset, as ast gives it
     end_line: int
     message: str
+    edit: Edit | None = None
 
 
 @dataclass
 class _Scope:
     kind: str  # "module" | "function" | "class"
+    name: str = ""
     no_grad: bool = False
     fp16_guard: bool = False
+    values: dict[str, Value] = field(default_factory=dict)
     bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
     zero_masks: dict[str, bool] = field(default_factory=dict)  # name -> nothing non-zero written
-    masking_matrices: set[str] = field(default_factory=set)
-    grad_names: set[str] = field(default_factory=set)
     param_attrs: set[str] = field(default_factory=set)  # class scopes: self.X = nn.Parameter
+    buffer_attrs: set[str] = field(default_factory=set)  # class scopes: register_buffer("X")
     self_fills: list[tuple[str, ast.Call]] = field(default_factory=list)
 
 
 class _Exit(NamedTuple):
-    what: str  # "scope" | "no_grad"
+    what: str  # "scope" | "no_grad" | "fp16_guard" | "bind"
+    node: ast.AST | None = None
 
 
-# --- expression helpers -------------------------------------------------------------------
+_Stack = list[tuple[ast.AST | _Exit, ast.AST | None]]
+_Handler = Callable[[Any, ast.AST | None, _Stack], None]
+# Nodes with nothing below them that a rule reads: never pushed (half of all nodes are these).
+_LEAVES: frozenset[type] = frozenset({
+    ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.alias, ast.Pass, ast.Break,
+    ast.Continue, ast.Global, ast.Nonlocal,
+    *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+    *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__(),
+})
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
 
 
-def dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """A node type's fields, last first (the stack pops them in source order)."""
+    fields = _FIELDS_CACHE.get(kind)
+    if fields is None:
+        fields = _FIELDS_CACHE[kind] = tuple(reversed(getattr(kind, "_fields", ())))
+    return fields
 
 
-def last_name(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        key = node.slice.value
-        return key if isinstance(key, str) else None
-    return None
-
-
-def func_name(call: ast.Call) -> str | None:
-    return last_name(call.func) if not isinstance(call.func, ast.Subscript) else None
-
-
-def receiver(call: ast.Call) -> ast.expr | None:
-    return call.func.value if isinstance(call.func, ast.Attribute) else None
-
-
-def is_module_call(call: ast.Call) -> bool:
-    """`torch.zeros(...)` rather than `x.zeros(...)`: the receiver is a module-like name."""
-    base = receiver(call)
-    return base is None or (dotted(base) or "").split(".")[0] in {"torch", "np", "numpy", "jnp"}
-
-
-def number(node: ast.AST) -> float | None:
-    """The value of a constant numeric expression (-1e9, -10**9, float('-inf'), -math.inf)."""
-    if isinstance(node, ast.Constant):
-        v = node.value
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = number(node.operand)
-        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.Mult)):
-        left, right = number(node.left), number(node.right)
-        if left is None or right is None:
-            return None
-        if isinstance(node.op, ast.Mult):
-            return left * right
-        if abs(right) > 400 or (left == 0 and right < 0):
-            return None
-        try:
-            return float(left**right)
-        except (OverflowError, ZeroDivisionError):
-            return None
-    if isinstance(node, ast.Call) and func_name(node) == "float" and len(node.args) == 1:
-        arg = node.args[0]
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            try:
-                return float(arg.value)
-            except ValueError:
-                return None
-        return number(arg)
-    if dotted(node) in _INF_NAMES:
-        return math.inf
-    return None
-
-
-def is_large_negative(node: ast.AST) -> bool:
-    v = number(node)
-    return v is not None and math.isfinite(v) and v < -FP16_MAX
-
-
-def is_masking_value(node: ast.AST) -> bool:
-    """-inf, a large negative literal or finfo(...).min: a value meant to mask."""
-    v = number(node)
-    if v is not None:
-        return v < -FP16_MAX
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "min"
-        and isinstance(node.value, ast.Call)
-        and func_name(node.value) == "finfo"
-    )
-
-
-def is_true(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is True
-
-
-def is_none(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
-
-
-def is_zero(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant) and node.value is False:
-        return True
-    return number(node) == 0
-
-
-def kwarg(call: ast.Call, name: str) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    return None
-
-
-def argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
-    if len(call.args) > index and not any(isinstance(a, ast.Starred) for a in call.args[:index]):
-        return call.args[index]
-    return kwarg(call, name)
-
-
-def mentions_mask(node: ast.AST) -> bool:
-    return any(
-        (isinstance(n, ast.Name) and "mask" in n.id.lower())
-        or (isinstance(n, ast.Attribute) and "mask" in n.attr.lower())
-        for n in ast.walk(node)
-    )
-
-
-def is_bool_dtype(node: ast.AST | None) -> bool:
-    name = None if node is None else dotted(node)
-    return name is not None and name.split(".")[-1] in {"bool", "bool_"}
-
-
-def is_eq_zero(node: ast.AST, name: str) -> bool:
-    """`name == 0` (either order), the test that picks the untouched zeros."""
-    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
-        return False
-    if not isinstance(node.ops[0], ast.Eq):
-        return False
-    left, right = node.left, node.comparators[0]
-    return (isinstance(left, ast.Name) and left.id == name and is_zero(right)) or (
-        isinstance(right, ast.Name) and right.id == name and is_zero(left)
-    )
+# --- helpers over nodes -------------------------------------------------------------------
 
 
 def decorated_no_grad(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -208,76 +139,12 @@ def with_no_grad(node: ast.With | ast.AsyncWith) -> bool:
     for item in node.items:
         expr = item.context_expr
         if isinstance(expr, ast.Call):
-            name = func_name(expr)
+            name = call_name(expr)
             if name in _NO_GRAD:
                 return True
-            if name == "set_grad_enabled" and expr.args and number(expr.args[0]) == 0:
-                return True
-            if name == "set_grad_enabled" and expr.args and (
-                isinstance(expr.args[0], ast.Constant) and expr.args[0].value is False
-            ):
+            if name == "set_grad_enabled" and expr.args and is_zero(expr.args[0]):
                 return True
     return False
-
-
-def requires_grad_value(value: ast.AST) -> bool:
-    if not isinstance(value, ast.Call):
-        return False
-    if func_name(value) == "Parameter":
-        rg = kwarg(value, "requires_grad")
-        return rg is None or not (isinstance(rg, ast.Constant) and rg.value is False)
-    rg = kwarg(value, "requires_grad")
-    return rg is not None and is_true(rg)
-
-
-def is_masking_matrix(node: ast.AST, known: set[str], kind: str = "any") -> bool:
-    """A matrix of -inf / large negatives (kind "additive") or of True (kind "bool")."""
-    if kind == "any":
-        return is_masking_matrix(node, known, kind="additive") or is_masking_matrix(
-            node, known, kind="bool")
-    if isinstance(node, ast.Name):
-        return kind == "additive" and node.id in known
-    if kind == "bool":
-        return _is_true_matrix(node)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        return (is_ones(node.left) and is_masking_value(node.right)) or (
-            is_ones(node.right) and is_masking_value(node.left)
-        )
-    if not isinstance(node, ast.Call):
-        return False
-    name = func_name(node)
-    if name in _FULL_FUNCS:
-        fill = argument(node, 1, "fill_value")
-        return fill is not None and is_masking_value(fill)
-    if name == "fill_" and node.args:
-        return is_masking_value(node.args[0])
-    return False
-
-
-def _is_true_matrix(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    name = func_name(node)
-    if name in _FULL_FUNCS:
-        fill = argument(node, 1, "fill_value")
-        return fill is not None and is_true(fill)
-    if name in _ONES_FUNCS and is_module_call(node):
-        return is_bool_dtype(kwarg(node, "dtype"))
-    base = receiver(node)
-    if base is not None and is_ones(base, plain=True):
-        if name == "bool":
-            return True
-        if name == "to" and node.args:
-            return is_bool_dtype(node.args[0])
-        if name == "to":
-            return is_bool_dtype(kwarg(node, "dtype"))
-    return False
-
-
-def is_wide_float(node: ast.AST | None) -> bool:
-    """An explicit float32/float64 dtype: a -1e9 there is a sentinel, not an fp16 hazard."""
-    name = None if node is None else dotted(node)
-    return name is not None and name.split(".")[-1] in {"float", "float32", "float64", "double"}
 
 
 def mentions_half(node: ast.AST) -> bool:
@@ -289,9 +156,141 @@ def mentions_half(node: ast.AST) -> bool:
 
 
 def is_ones(node: ast.AST, *, plain: bool = False) -> bool:
-    if not (isinstance(node, ast.Call) and func_name(node) in _ONES_FUNCS):
+    if not (isinstance(node, ast.Call) and call_name(node) in {"ones", "ones_like", "new_ones"}):
         return False
     return is_module_call(node) and (not plain or kwarg(node, "dtype") is None)
+
+
+def _is_true_matrix(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    name = call_name(node)
+    if name in {"full", "full_like", "new_full"}:
+        fill = argument(node, 1, "fill_value")
+        return fill is not None and is_true(fill)
+    if name in {"ones", "ones_like", "new_ones"} and is_module_call(node):
+        return _is_bool_dtype(kwarg(node, "dtype"))
+    base = receiver(node)
+    if base is not None and is_ones(base, plain=True):
+        if name == "bool":
+            return True
+        if name == "to" and node.args:
+            return _is_bool_dtype(node.args[0])
+        if name == "to":
+            return _is_bool_dtype(kwarg(node, "dtype"))
+    return False
+
+
+def _is_bool_dtype(node: ast.AST | None) -> bool:
+    name = None if node is None else dotted(node)
+    return name is not None and name.split(".")[-1] in {"bool", "bool_"}
+
+
+def _is_wide_float(node: ast.AST | None) -> bool:
+    """An explicit float32/float64 dtype: a -1e9 there is a sentinel, not an fp16 hazard."""
+    name = None if node is None else dotted(node)
+    return name is not None and name.split(".")[-1] in {"float", "float32", "float64", "double"}
+
+
+def _is_transposed(call: ast.Call, parent: ast.AST | None) -> bool:
+    if isinstance(parent, ast.Attribute) and parent.attr in _TRANSPOSES:
+        return True
+    return (
+        isinstance(parent, ast.Call)
+        and call_name(parent) in _TRANSPOSES
+        and call in parent.args
+    )
+
+
+def _is_hf_mask_name(name: str) -> bool:
+    # Only the canonical name: `vision_attention_mask` and friends are often already inverted
+    # (grounding_dino passes `~mask_flatten`).
+    return name == "attention_mask"
+
+
+def _is_key_padding_name(name: str) -> bool:
+    return name == "key_padding_mask" or name.endswith("_key_padding_mask")
+
+
+def _is_eq_zero(node: ast.AST, name: str) -> bool:
+    """`name == 0` (either order), the test that picks the untouched zeros."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return False
+    if not isinstance(node.ops[0], ast.Eq):
+        return False
+    left, right = node.left, node.comparators[0]
+    return (isinstance(left, ast.Name) and left.id == name and is_zero(right)) or (
+        isinstance(right, ast.Name) and right.id == name and is_zero(left)
+    )
+
+
+def _short(node: ast.AST) -> str:
+    """A short text for a message: the expression, cut at 40 characters."""
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, ValueError):  # pragma: no cover - absurdly deep expressions
+        return "the value"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_MASK_WORD = re.compile(r"mask|bias|causal|extended", re.IGNORECASE)
+_BRACKETS = (ast.Subscript, ast.List, ast.ListComp)
+
+
+def _named_mask(node: ast.AST, left: bool) -> bool:
+    """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name.
+
+    (Kept this narrow so that prefilter.py can see it in the text around the `+`.)
+    """
+    if isinstance(node, ast.Subscript):
+        if left and any(isinstance(n, _BRACKETS) for n in ast.walk(node.slice)):
+            return False
+        node = node.value
+    name = dotted(node)
+    return name is not None and _MASK_WORD.search(name) is not None
+
+
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clamp_min", "maximum"})
+
+
+def _is_clamped(node: ast.AST, parent: ast.AST | None) -> bool:
+    """`(a + b).clamp(min=m)`, `torch.clamp(a + b, min=m)`: the overflow is undone at once."""
+    if isinstance(parent, ast.Attribute) and parent.attr in _CLAMPS:
+        return True
+    return isinstance(parent, ast.Call) and call_name(parent) in _CLAMPS and node in parent.args
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    if isinstance(target, ast.Name):
+        return ast.Name(target.id, ast.Load())
+    if isinstance(target, ast.Attribute):
+        return ast.Attribute(target.value, target.attr, ast.Load())
+    assert isinstance(target, ast.Subscript)
+    return ast.Subscript(target.value, target.slice, ast.Load())
+
+
+def _is_cache_update(node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Call) and call_name(node) == "update"):
+        return False
+    base = receiver(node)
+    text = (dotted(base) or "").lower() if base is not None else ""
+    return "cache" in text or "past" in text
+
+
+def _tensor_operand(node: ast.AST) -> bool:
+    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`."""
+    if number(node) is not None or isinstance(node, ast.Attribute):
+        return False
+    return not (isinstance(node, ast.Name) and node.id.isupper())
+
+
+def _is_score_name(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        return True
+    if isinstance(node, ast.Call) and call_name(node) in {"matmul", "bmm", "einsum", "baddbmm"}:
+        return True
+    text = (last_name(node) or "").lower()
+    return any(word in text for word in _SCORE_WORDS) and "mask" not in text
 
 
 # --- the walk -----------------------------------------------------------------------------
@@ -300,94 +299,175 @@ def is_ones(node: ast.AST, *, plain: bool = False) -> bool:
 class Linter:
     """One pass over a module; `hits` fills in as rules fire."""
 
-    def __init__(self, enabled: frozenset[str], source: str = "") -> None:
+    def __init__(self, enabled: frozenset[str], source: str = "", path: str = "") -> None:
         self.enabled = enabled
         self.source = source
         self.hits: list[Hit] = []
         self.scopes: list[_Scope] = [_Scope("module")]
-        self.hot: set[int] | None = None
+        self._lines: list[str] | None = None
+        self.fp32_only = _is_test_path(path) and _HALF_WORDS.search(source) is None
 
     @property
     def scope(self) -> _Scope:
         return self.scopes[-1]
 
-    def report(self, code: str, node: ast.AST, message: str) -> None:
+    # --- the value table ---
+
+    def lookup(self, name: str) -> Value:
+        """A name's value as Python would find it: this scope, enclosing functions, module."""
+        if name.startswith("self."):
+            return self._lookup_self(name[5:])
+        for depth, scope in enumerate(reversed(self.scopes)):
+            if depth and scope.kind == "class":
+                continue
+            found = scope.values.get(name)
+            if found is not None:
+                return found
+            if name in scope.assigned:
+                return UNKNOWN
+        return UNKNOWN
+
+    def _lookup_self(self, attr: str) -> Value:
+        key = "self." + attr
+        for scope in reversed(self.scopes):
+            if key in scope.values:
+                return scope.values[key]
+            if scope.kind == "class":
+                return UNKNOWN
+        return UNKNOWN
+
+    def value(self, node: ast.AST) -> Value:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+                node.value.id == "self"):
+            return self.lookup("self." + node.attr)
+        return describe(node, self.lookup)
+
+    def _text(self, node: ast.AST) -> str:
+        """The node's own source text (cut at 40 characters), for messages and fixes."""
+        text = self._segment(node)
+        if text is None:
+            return _short(node)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    def _segment(self, node: ast.AST) -> str | None:
+        line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if line is None or end is None or col is None or end_col is None or end - line > 20:
+            return None
+        if self._lines is None:
+            self._lines = self.source.split("\n")
+        if end > len(self._lines):
+            return None
+        chunk = [s.encode() for s in self._lines[line - 1:end]]
+        if len(chunk) == 1:
+            return chunk[0][col:end_col].decode("utf-8", "replace")
+        chunk[0], chunk[-1] = chunk[0][col:], chunk[-1][:end_col]
+        return b"\n".join(chunk).decode("utf-8", "replace")
+
+    def _paren(self, node: ast.AST) -> str:
+        text = self._segment(node) or _short(node)
+        simple = isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+        return text if simple else f"({text})"
+
+    def bind(self, name: str, value: Value) -> None:
+        if value:
+            self.scope.values[name] = value
+        else:
+            self.scope.values.pop(name, None)
+
+    def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
         if code in self.enabled:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
-                                 getattr(node, "end_lineno", None) or line, message))
+                                 getattr(node, "end_lineno", None) or line, message, edit))
 
-    def run(self, tree: ast.AST, hot: set[int] | None = None) -> list[Hit]:
-        if hot is not None:
-            self.hot = set(hot)
-        elif self.source:
-            self.hot = hot_lines(self.source, self.enabled)
+    def run(self, tree: ast.AST) -> list[Hit]:
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
-        push = stack.append
+        push, pop = stack.append, stack.pop
+        handlers = self._handlers()
         while stack:
-            node, parent = stack.pop()
+            node, parent = pop()
             if isinstance(node, _Exit):
                 self._exit(node)
                 continue
-            self._enter(node, parent, stack)
-            is_stmt = isinstance(node, (ast.stmt, ast.Module))
-            for name in reversed(node._fields):
+            kind = type(node)
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(node, parent, stack)
+            for name in _child_fields(kind):
                 value = getattr(node, name, None)
-                if isinstance(value, list):
+                if type(value) is list:
                     for child in reversed(value):
-                        if isinstance(child, ast.AST) and (not is_stmt or self._worth(child)):
+                        if type(child) not in _LEAVES and isinstance(child, ast.AST):
                             push((child, node))
-                elif isinstance(value, ast.AST) and (not is_stmt or self._worth(value)):
+                elif type(value) not in _LEAVES and isinstance(value, ast.AST):
                     push((value, node))
         self.hits.sort(key=lambda h: (h.line, h.col, h.code))
         return self.hits
 
-    def _worth(self, child: ast.AST) -> bool:
-        """Whether to descend into a statement's expression: only if its lines hold a trigger.
+    def _handlers(self) -> dict[type, _Handler]:
+        """Node type -> what to do on entering it; every other node is only walked through."""
+        bind = self._push_bind
+        return {
+            ast.Call: lambda n, p, s: self._call(n, p),
+            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
+            ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
+            ast.BinOp: lambda n, p, s: self._binop(n, p),
+            ast.UnaryOp: lambda n, p, s: self._invert(n),
+            ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
+            ast.Lambda: self._enter_function,
+            ast.ClassDef: self._enter_class,
+            ast.If: self._enter_if,
+            ast.With: self._enter_with, ast.AsyncWith: self._enter_with,
+        }
 
-        Statements themselves are always visited (scopes, assignments, `with no_grad()`), so
-        only expressions whose text cannot match any enabled rule are skipped.
-        """
-        if self.hot is None or not isinstance(child, ast.expr):
-            return True
-        hot = self.hot
-        return any(line in hot for line in range(child.lineno, (child.end_lineno or 0) + 1))
+    @staticmethod
+    def _push_bind(node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        # Bound after the right-hand side is read: `mask = torch.triu(mask)` reads the old one.
+        stack.append((_Exit("bind", node), None))
 
-    def _mark_name(self, name: str) -> None:
-        """Lines that mention a tracked zero mask: a call there may write into it."""
-        if self.hot is not None:
-            self.hot |= occurrence_lines(self.source, (name,))
+    def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.ClassDef)
+        self.scope.assigned.add(node.name)
+        self.scopes.append(_Scope("class", name=node.name))
+        stack.append((_Exit("scope"), None))
 
-    def _enter(
-        self, node: ast.AST, parent: ast.AST | None,
-        stack: list[tuple[ast.AST | _Exit, ast.AST | None]],
-    ) -> None:
-        if isinstance(node, ast.Call):
-            self._call(node, parent)
-        elif isinstance(node, ast.Assign):
-            self._assign(node)
-        elif isinstance(node, ast.AugAssign):
-            self._taint(node.target)
-        elif isinstance(node, ast.BinOp):
-            self._binop(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            no_grad = self.scope.no_grad or (
-                not isinstance(node, ast.Lambda) and decorated_no_grad(node)
-            )
-            self.scopes.append(_Scope("function", no_grad=no_grad))
-            stack.append((_Exit("scope"), None))
-        elif isinstance(node, ast.ClassDef):
-            self.scopes.append(_Scope("class"))
-            stack.append((_Exit("scope"), None))
-        elif isinstance(node, ast.If) and not self.scope.fp16_guard and mentions_half(node.test):
+    def _enter_if(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.If)
+        if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
-        elif (isinstance(node, (ast.With, ast.AsyncWith)) and not self.scope.no_grad
-              and with_no_grad(node)):
+
+    def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, (ast.With, ast.AsyncWith))
+        if not self.scope.no_grad and with_no_grad(node):
             self.scope.no_grad = True
             stack.append((_Exit("no_grad"), None))
+        for item in node.items:
+            if item.optional_vars is not None:
+                self._forget_targets(item.optional_vars)
+
+    def _enter_function(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        no_grad = self.scope.no_grad or (
+            not isinstance(node, ast.Lambda) and decorated_no_grad(node)
+        )
+        name = "" if isinstance(node, ast.Lambda) else node.name
+        if name:
+            self.scope.assigned.add(name)
+            self.scope.values.pop(name, None)
+        scope = _Scope("function", name=name, no_grad=no_grad)
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if arg is not None:
+                scope.values[arg.arg] = UNKNOWN  # shadows outer names
+        self.scopes.append(scope)
+        stack.append((_Exit("scope"), None))
 
     def _exit(self, marker: _Exit) -> None:
+        if marker.what == "bind":
+            self._bind_statement(marker.node)
+            return
         if marker.what == "no_grad":
             self.scope.no_grad = False
             return
@@ -401,37 +481,64 @@ class Linter:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
                                 "fill of a tensor that requires grad; use masked_fill")
 
+    def _bind_statement(self, node: ast.AST | None) -> None:
+        if isinstance(node, ast.Assign):
+            self._assign(node)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self._assign_target(node.target, node.value, self.value(node.value))
+        elif isinstance(node, ast.AugAssign):
+            if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
+                # `s += mask` reads like `s = s + mask` for the rules on + and *
+                left = ast.copy_location(_as_load(node.target), node.target)
+                self._binop(ast.copy_location(ast.BinOp(left, node.op, node.value), node))
+            self._taint(node.target)
+            self._forget_targets(node.target)
+        elif isinstance(node, ast.For):
+            self._forget_targets(node.target)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if alias.name in _API_NAMES:
+                    self.scope.values[local] = Value(api=alias.name)
+                    self.scope.assigned.add(local)
+
     # --- node handlers ---
 
     def _call(self, call: ast.Call, parent: ast.AST | None) -> None:
-        name = func_name(call)
+        name = call_name(call, self.lookup)
         if name is None:
             return
         if name in {"masked_fill", "masked_fill_"}:
-            self._masked_fill_value(call, name)
-        elif (name == "where" and dotted(call.func) == "torch.where" and call.args
-              and mentions_mask(call.args[0])):
-            for branch in call.args[1:3]:
-                if is_large_negative(branch):
-                    self._large_negative(branch, "torch.where")
-        elif name in _FULL_FUNCS or name == "fill_":
-            fill = call.args[0] if name == "fill_" and call.args else argument(
-                call, 1, "fill_value")
-            if fill is not None and is_large_negative(fill) and not is_wide_float(
-                    kwarg(call, "dtype")):
-                self._large_negative(fill, name)
+            self._masked_fill(call, name)
+        elif name == "where" and dotted(call.func) == "torch.where" and call.args and (
+                mentions_mask(call.args[0])):
+            self._where(call)
+        elif name in {"full", "full_like", "new_full", "fill_"}:
+            self._full(call, name)
         elif name in {"triu", "triu_"}:
             self._triu(call, parent)
+        elif name in {"tril", "tril_"}:
+            self._tril(call)
         elif name == "scaled_dot_product_attention":
             self._sdpa(call)
-        elif name == "requires_grad_":
-            base = receiver(call)
-            if isinstance(base, ast.Name) and (not call.args or not is_zero(call.args[0])):
-                self.scope.grad_names.add(base.id)
-        elif name == "register_parameter" and self._in_method_of_class():
+        elif name in {"add", "mul"} and not call.keywords:
+            self._arithmetic_call(call, name)
+        elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
+                call.func.value, ast.Name):
+            held = call.func.value.id
+            self.bind(held, self.value(call))
+        elif name == "register_parameter" and self._class_scope() is not None:
             attr = call.args[0] if call.args else None
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
-                self._class_scope_add_param(attr.value)
+                self._class_scope_add(attr.value, param=True)
+        elif name == "register_buffer" and self._class_scope() is not None and len(call.args) >= 2:
+            attr = call.args[0]
+            if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
+        if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
+                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)) and isinstance(
+                call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
+            self._mha_call(call)
         self._inverted_kwargs(call)
         if self.scope.bool_triu:
             self._bool_triu_use(call)
@@ -440,99 +547,340 @@ class Linter:
             self._inplace_fill(call)
 
     def _assign(self, node: ast.Assign) -> None:
-        value = node.value
+        facts = self.value(node.value)
         for target in node.targets:
-            if isinstance(target, ast.Name):
-                self._assign_name(target.id, value)
-            elif isinstance(target, ast.Subscript):
-                if is_large_negative(value) and mentions_mask(target):
-                    self._large_negative(value, "an indexed assignment")
-                self._zero_mask_write(target, value)
-            elif isinstance(target, ast.Attribute):
-                self._assign_attribute(target, value)
-            else:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Name):
-                        self._forget(sub.id)
+            self._assign_target(target, node.value, facts)
 
-    def _assign_name(self, name: str, value: ast.expr) -> None:
+    def _assign_target(self, target: ast.expr, value: ast.expr, facts: Value) -> None:
+        if isinstance(target, ast.Name):
+            self._assign_name(target.id, value, facts)
+        elif isinstance(target, ast.Subscript):
+            self._subscript_write(target, value)
+        elif isinstance(target, ast.Attribute):
+            self._assign_attribute(target, value, facts)
+        else:
+            self._forget_targets(target)
+            if isinstance(target, ast.Tuple) and _is_cache_update(value):
+                for element in target.elts:  # `k, v = cache.update(k, v)`: keys hold the cache
+                    if isinstance(element, ast.Name):
+                        self.scope.values[element.id] = Value(cached=True)
+
+    def _forget_targets(self, target: ast.AST) -> None:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                self._forget(sub.id)
+                self.scope.assigned.add(sub.id)
+
+    def _assign_name(self, name: str, value: ast.expr, facts: Value) -> None:
         scope = self.scope
         fill = self._zero_mask_fill_of(name, value)
+        pending_triu = scope.bool_triu.get(name)
         self._forget(name)
+        if pending_triu is value:  # registered while reading this very right-hand side
+            scope.bool_triu[name] = pending_triu
         scope.assigned.add(name)
         if fill:
             return
-        if isinstance(value, ast.Call) and func_name(value) in _ZEROS_FUNCS:
+        if isinstance(value, ast.Call) and call_name(value, self.lookup) in _ZEROS_FUNCS:
             scope.zero_masks[name] = True
-            self._mark_name(name)
-        if is_masking_matrix(value, scope.masking_matrices):
-            scope.masking_matrices.add(name)
-        if requires_grad_value(value):
-            scope.grad_names.add(name)
+        if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
+            facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
+        self.bind(name, facts)
 
     def _forget(self, name: str) -> None:
         scope = self.scope
         scope.zero_masks.pop(name, None)
-        scope.masking_matrices.discard(name)
         scope.bool_triu.pop(name, None)
-        scope.grad_names.discard(name)
+        scope.values.pop(name, None)
 
-    def _assign_attribute(self, target: ast.Attribute, value: ast.expr) -> None:
+    def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
         if target.attr == "requires_grad" and isinstance(base, ast.Name):
             if is_true(value):
-                self.scope.grad_names.add(base.id)
+                old = self.lookup(base.id)
+                self.scope.values[base.id] = Value(**{**old.__dict__, "grad": True})
             return
-        if isinstance(base, ast.Name) and base.id == "self" and requires_grad_value(value):
-            self._class_scope_add_param(target.attr)
+        if isinstance(base, ast.Name) and base.id == "self":
+            if facts.grad and isinstance(value, ast.Call) and (
+                    call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
+                self._class_scope_add(target.attr, param=True)
+            self._class_scope_add(target.attr, value=facts)
+            self.scope.values["self." + target.attr] = facts
 
-    def _binop(self, node: ast.BinOp) -> None:
+    def _class_scope(self) -> _Scope | None:
+        for scope in reversed(self.scopes):
+            if scope.kind == "class":
+                return scope
+        return None
+
+    def _class_scope_add(
+        self, attr: str, *, param: bool = False, buffer: bool = False, value: Value | None = None
+    ) -> None:
+        cls = self._class_scope()
+        if cls is None:
+            return
+        if param:
+            cls.param_attrs.add(attr)
+        if buffer:
+            cls.buffer_attrs.add(attr)
+        if value is not None:
+            if value:
+                cls.values["self." + attr] = value
+            else:
+                cls.values.pop("self." + attr, None)
+
+    def _in_forward(self) -> bool:
+        for scope in reversed(self.scopes):
+            if scope.kind == "function":
+                return scope.name in {"forward", "__call__"}
+        return False
+
+    # --- expressions ---
+
+    def _arithmetic_call(self, call: ast.Call, name: str) -> None:
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`: the rules on + and *."""
+        op: ast.operator = ast.Add() if name == "add" else ast.Mult()
+        base = receiver(call)
+        if is_module_call(call) and len(call.args) == 2:
+            left, right = call.args
+        elif base is not None and not is_module_call(call) and len(call.args) == 1:
+            left, right = base, call.args[0]
+        else:
+            return
+        self._binop(ast.copy_location(ast.BinOp(left, op, right), call))
+
+    def _binop(self, node: ast.BinOp, parent: ast.AST | None = None) -> None:
         if isinstance(node.op, ast.Mult):
-            for big, other in ((node.left, node.right), (node.right, node.left)):
-                if is_large_negative(big) and mentions_mask(other):
-                    self._large_negative(big, "an additive mask")
-        elif isinstance(node.op, ast.Sub) and isinstance(node.right, ast.BinOp):
-            inner = node.right
-            if isinstance(inner.op, ast.Mult):
-                for big, other in ((inner.left, inner.right), (inner.right, inner.left)):
-                    v = number(big)
-                    if v is not None and math.isfinite(v) and v > FP16_MAX and mentions_mask(other):
-                        self._large_negative(big, "an additive mask")
+            self._product(node)
+        elif isinstance(node.op, ast.Sub):
+            self._difference(node)
+        elif isinstance(node.op, ast.Add):
+            self._sum(node, clamped=_is_clamped(node, parent))
+
+    def _product(self, node: ast.BinOp) -> None:
+        for big, other in ((node.left, node.right), (node.right, node.left)):
+            if self._is_large_negative(big) and mentions_mask(other):
+                self._large_negative(big, "an additive mask", other)
+            if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
+                    other)):
+                self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
+                            "so every kept position becomes NaN; use masked_fill(m.bool(), "
+                            "float('-inf')) or torch.where")
+            facts = self.value(big)
+            # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
+            if facts.additive and _tensor_operand(other) and not self.value(
+                    other).zero_one and not mentions_mask(other):
+                self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
+                            "multiplying by it gives -inf/NaN; add it to the scores instead")
+                break
+
+    def _difference(self, node: ast.BinOp) -> None:
+        right = node.right
+        if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
+            for big, other in ((right.left, right.right), (right.right, right.left)):
+                v = number(big, self.lookup)
+                if v is not None and math.isfinite(v) and v > FP16_MAX and mentions_mask(other):
+                    # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
+                    self._large_negative(big, "an additive mask", node.left)
+        left = node.left
+        if isinstance(left, ast.Constant) and number(left) is not None and self.value(
+                right).dtype == "bool":
+            edit = self._edit(node, f"~{self._paren(right)}") if number(
+                node.left) == 1 else None
+            self.report("MC512", node, f"{self._text(right)} is a bool tensor: "
+                        f"`{self._text(node)}` "
+                        "raises in torch (no `-` on bool); invert it with `~` or "
+                        "logical_not()", edit)
+
+    def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
+        left, right = self.value(node.left), self.value(node.right)
+        if left.finfo_min and right.finfo_min and not clamped:
+            self.report("MC513", node, "two masks filled with finfo.min added together: the "
+                        "sum overflows to -inf and a fully masked row becomes NaN; combine "
+                        "them with torch.minimum or a bool mask")
+            return
+        for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
+                                                                         node.right)):
+            if mask.dtype == "bool" and _named_mask(mask_node, mask_node is node.left) and (
+                    _is_score_name(other)) and self.value(other).dtype != "bool":
+                self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
+                            "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
+                            "-inf) or torch.where")
+                return
+
+    def _invert(self, node: ast.UnaryOp) -> None:
+        if not isinstance(node.op, ast.Invert):
+            return
+        facts = self.value(node.operand)
+        if facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
+                node.operand)):
+            edit = self._edit(node, f"({self._paren(node.operand)} == 0)")
+            self.report("MC518", node, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
+                        "~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() first", edit)
+
+    def _edit(self, node: ast.AST, text: str) -> Edit | None:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset",
+                                                                        None)
+        if end_line is None or end_col is None:
+            return None
+        return Edit(getattr(node, "lineno", 1), getattr(node, "col_offset", 0), end_line, end_col,
+                    text)
 
     # --- MC501 ---
 
-    def _masked_fill_value(self, call: ast.Call, name: str) -> None:
-        index = 2 if dotted(call.func) == "torch.masked_fill" else 1
-        value = argument(call, index, "value")
-        if value is not None and is_large_negative(value):
-            self._large_negative(value, name)
+    def _is_large_negative(self, node: ast.AST) -> bool:
+        v = number(node, self.lookup)
+        return v is not None and math.isfinite(v) and v < -FP16_MAX
 
-    def _large_negative(self, value: ast.AST, where: str) -> None:
-        if self.scope.fp16_guard:
-            return  # the code already has an fp16 branch (xlnet: `65500 if fp16 else 1e30`)
-        text = ast.get_source_segment(self.source, value) or ast.unparse(value)
-        self.report("MC501", value, f"{text} in {where} overflows float16 (largest finite "
+    def _masked_fill(self, call: ast.Call, name: str) -> None:
+        module_form = dotted(call.func) == "torch.masked_fill"
+        target = call.args[0] if module_form and call.args else receiver(call)
+        shift = 1 if module_form else 0
+        value = argument(call, 1 + shift, "value")
+        condition = argument(call, 0 + shift, "mask")
+        target_facts = self.value(target) if target is not None else UNKNOWN
+        if value is not None and self._is_large_negative(value):
+            self._large_negative(value, name, target)
+        if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
+                target_facts.dtype == "half"):
+            self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
+                        "float16/bfloat16 tensor with it raises (value cannot be converted "
+                        "without overflow); use torch.finfo(x.dtype).min")
+        if condition is None or value is None or not self._is_fill_value(value):
+            return
+        cond = self.value(condition)
+        if cond.hf_keep and not cond.hf_keep_inverted:
+            self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
+                        "attention_mask "
+                        "(1 = real token): as the masked_fill condition it masks the real "
+                        "tokens; fill where it == 0")
+        elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
+                value, self.lookup):
+            # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
+            # with -1e4 on purpose (transformers' pp_doclayout).
+            self.report("MC521", condition, f"{self._text(condition)} is True on and below the "
+                        "diagonal: filling there masks the past, not the future; use "
+                        "triu(..., diagonal=1) or `tril(...) == 0`")
+        if name == "masked_fill_" and self._in_forward() and target is not None:
+            attr = self_attr(target)
+            cls = self._class_scope()
+            if attr is not None and cls is not None and attr in cls.buffer_attrs:
+                self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
+                            "forward: the stored mask is rewritten on every call; use "
+                            "masked_fill (out of place)")
+
+    def _is_fill_value(self, node: ast.AST) -> bool:
+        """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
+        v = number(node, self.lookup)
+        if v is not None:
+            return v <= -1000
+        return is_finfo_min(node, self.lookup)
+
+    def _where(self, call: ast.Call) -> None:
+        branches = call.args[1:3]
+        tensors = [b for b in branches if number(b, self.lookup) is None]
+        if not tensors:
+            return  # two Python scalars: the result is float32
+        for branch in branches:
+            if self._is_large_negative(branch):
+                self._large_negative(branch, "torch.where", tensors[0])
+
+    def _full(self, call: ast.Call, name: str) -> None:
+        if name == "fill_":
+            fill = call.args[0] if call.args else None
+            target = receiver(call)
+        else:
+            fill = argument(call, 1, "fill_value")
+            target = receiver(call) if name == "new_full" else None
+        if fill is None or not self._is_large_negative(fill):
+            return
+        dtype = kwarg(call, "dtype")
+        if _is_wide_float(dtype):
+            return
+        if name == "full" and dtype is None:
+            return  # torch.full with a Python float and no dtype is float32
+        shape = argument(call, 0, "size")
+        if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
+            return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)
+        if target is not None and dtype is None and not (
+                mentions_mask(target) or self.value(target).dtype == "half"):
+            return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
+        self._large_negative(fill, name, target if dtype is None else None)
+
+    def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
+        if self.scope.fp16_guard or self.fp32_only:
+            return  # the code has an fp16 branch (xlnet: `65500 if fp16 else 1e30`), or no fp16
+        if target is not None and self.value(target).dtype == "fp32":
+            return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        text = self._text(value)
+        v = number(value, self.lookup)
+        shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
+        self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
                     "65504): use torch.finfo(dtype).min or float('-inf')")
 
-    # --- MC502 ---
+    # --- MC502 / MC511 ---
 
     def _inverted_kwargs(self, call: ast.Call) -> None:
-        for kw in call.keywords:
-            if kw.arg in KEY_PADDING_KWARGS and self._is_untouched(kw.value, _is_hf_mask_name):
-                self.report("MC502", kw.value, f"HF-style attention_mask (1 = real token) passed "
-                            f"as {kw.arg} (True = padding): invert it (`attention_mask == 0`)")
-        if func_name(call) != "scaled_dot_product_attention":
+        # Only torch's own modules take key_padding_mask as True = padding; other libraries
+        # reuse the name for a keep-mask (flash_attn's BertEncoder).
+        if any(kw.arg in KEY_PADDING_KWARGS for kw in call.keywords) and self._is_mha(call):
+            for kw in call.keywords:
+                if kw.arg in KEY_PADDING_KWARGS:
+                    self._key_padding_value(kw.value, kw.arg)
+        if call_name(call, self.lookup) != "scaled_dot_product_attention":
             return
         mask = argument(call, 3, "attn_mask")
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
 
+    def _is_mha(self, call: ast.Call) -> bool:
+        if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:
+            return True
+        return isinstance(call.func, (ast.Attribute, ast.Name, ast.Call)) and self.value(
+            call.func).mha
+
+    def _key_padding_value(self, node: ast.expr, where: str) -> None:
+        if self._is_untouched(node, _is_hf_mask_name):
+            self.report("MC502", node, f"HF-style attention_mask (1 = real token) passed "
+                        f"as {where} (True = padding): invert it (`attention_mask == 0`)")
+            return
+        facts = self.value(node)
+        if facts.hf_keep and not facts.hf_keep_inverted:
+            self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
+                        f"but {where} means True = padding: invert it (`== 0`)")
+
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
+        while isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            node = node.value  # `key_padding_mask[:, None, None, :]`
+        if isinstance(node, ast.Call) and not node.args and call_name(node) == "bool":
+            node = receiver(node) or node  # `attention_mask.bool()` keeps the convention
         name = last_name(node)
         if name is None or not callable(wanted) or not wanted(name):
             return False
-        return not (isinstance(node, ast.Name) and node.id in self.scope.assigned)
+        if not isinstance(node, ast.Name):
+            return True
+        known = self.lookup(node.id)
+        if known.hf_keep and not known.hf_keep_inverted:
+            return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
+        return node.id not in self.scope.assigned and not known
+
+    def _mha_call(self, call: ast.Call) -> None:
+        """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
+        if len(call.args) > _MHA_KEY_PADDING_INDEX:
+            self._key_padding_value(call.args[_MHA_KEY_PADDING_INDEX], "key_padding_mask")
+        masks = [kw.value for kw in call.keywords if kw.arg in _MHA_MASK_KWARGS]
+        if len(call.args) > _MHA_ATTN_MASK_INDEX:
+            masks.append(call.args[_MHA_ATTN_MASK_INDEX])
+        for mask in masks:
+            self._mha_mask(mask)
+
+    def _mha_mask(self, mask: ast.expr) -> None:
+        facts = self.value(mask)
+        if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
+            self.report("MC521", mask, f"{self._text(mask)} is True on and below the diagonal, but "
+                        "MultiheadAttention's bool attn_mask means True = masked: it hides the "
+                        "past and shows the future; use triu(..., diagonal=1)")
 
     # --- MC503 ---
 
@@ -545,33 +893,71 @@ class Linter:
             return
         if _is_transposed(call, parent):
             return
-        if is_masking_matrix(matrix, self.scope.masking_matrices, kind="additive"):
-            self._triu_hit(call)
-        elif is_masking_matrix(matrix, self.scope.masking_matrices, kind="bool"):
+        if self._is_additive_matrix(matrix):
+            self._triu_hit(call, diagonal)
+        elif _is_true_matrix(matrix) or self._is_true_name(matrix):
             # A True-filled triu is also how chunked linear attention zeroes its upper triangle
             # on purpose (masked_fill(mask, 0)); only a use as an attention mask is a bug.
             if isinstance(parent, ast.keyword) and parent.arg in MASK_KWARGS:
-                self._triu_hit(call)
+                self._triu_hit(call, diagonal)
             elif (isinstance(parent, ast.Assign) and len(parent.targets) == 1
                   and isinstance(parent.targets[0], ast.Name)):
                 self.scope.bool_triu[parent.targets[0].id] = call
 
-    def _triu_hit(self, call: ast.Call) -> None:
+    def _tril(self, call: ast.Call) -> None:
+        """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""
+        if is_module_call(call):
+            matrix, diagonal = argument(call, 0, "input"), argument(call, 1, "diagonal")
+        else:
+            matrix, diagonal = receiver(call), argument(call, 0, "diagonal")
+        d = 0.0 if diagonal is None else number(diagonal, self.lookup)
+        if matrix is not None and d in {0.0, -1.0} and self._is_additive_matrix(matrix):
+            self.report("MC521", call, "tril of a -inf matrix masks the past (below the "
+                        "diagonal), not the future: a look-ahead mask is "
+                        "triu(..., diagonal=1)")
+
+    def _is_true_name(self, node: ast.AST) -> bool:
+        """A name bound to an all-True matrix (`future = torch.ones(n, n, dtype=torch.bool)`)."""
+        if not isinstance(node, ast.Name):
+            return False
+        facts = self.lookup(node.id)
+        return facts.dtype == "bool" and facts.all_ones
+
+    def _is_additive_matrix(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            return (is_ones(node.left) and is_masking_value(node.right, self.lookup)) or (
+                is_ones(node.right) and is_masking_value(node.left, self.lookup))
+        if isinstance(node, ast.Call) and call_name(node) == "fill_" and node.args:
+            return is_masking_value(node.args[0], self.lookup)
+        if isinstance(node, ast.Call) and call_name(node) in {"full", "full_like", "new_full"}:
+            fill = argument(node, 1, "fill_value")
+            return fill is not None and is_masking_value(fill, self.lookup)
+        facts = self.value(node)
+        return facts.additive and facts.dtype != "bool"
+
+    def _triu_hit(self, call: ast.Call, diagonal: ast.expr | None) -> None:
+        edit = self._edit(diagonal, "1") if diagonal is not None else _append_kwarg(
+            call, "diagonal=1", self.source)
         self.report("MC503", call, "triu with diagonal=0 of a -inf/True matrix masks the "
                     "diagonal too (every query loses itself, the first row is empty): "
-                    "use diagonal=1")
+                    "use diagonal=1", edit)
 
     def _bool_triu_use(self, call: ast.Call) -> None:
         masks = self.scope.bool_triu
+        if call_name(call, self.lookup) == "scaled_dot_product_attention":
+            return  # SDPA keeps where True: a triu there shows the future (MC521)
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
-                self._triu_hit(masks.pop(kw.value.id))
+                triu = masks.pop(kw.value.id)
+                diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
+                    triu, 0, "diagonal")
+                self._triu_hit(triu, diagonal)
 
     # --- MC504 ---
 
     def _zero_mask_fill_of(self, name: str, value: ast.expr) -> bool:
         """`m = m.masked_fill(m == 0, -inf)` on a clean zero mask."""
-        if not (isinstance(value, ast.Call) and func_name(value) == "masked_fill"):
+        if not (isinstance(value, ast.Call) and call_name(value) == "masked_fill"):
             return False
         base = receiver(value)
         if not (isinstance(base, ast.Name) and base.id == name):
@@ -582,42 +968,70 @@ class Linter:
     def _check_zero_fill(
         self, name: str, test: ast.AST | None, value: ast.AST | None, node: ast.AST
     ) -> bool:
-        if test is None or value is None or not is_eq_zero(test, name):
+        if test is None or value is None or not _is_eq_zero(test, name):
             return False
-        if not (self.scope.zero_masks.get(name) and is_masking_value(value)):
+        if not (self._zero_masks_of(name).get(name) and is_masking_value(value, self.lookup)):
             return False
         self.report("MC504", node, f"{name} was made by zeros and nothing non-zero was written "
                     f"to it: filling where {name} == 0 masks every position")
         return True
 
-    def _zero_mask_write(self, target: ast.Subscript, value: ast.expr) -> None:
-        base = target.value
-        if not (isinstance(base, ast.Name) and base.id in self.scope.zero_masks):
+    def _zero_masks_of(self, name: str) -> dict[str, bool]:
+        """The zero-mask table that holds `name`: this function's, or an enclosing one's."""
+        for scope in reversed(self.scopes):
+            if name in scope.zero_masks:
+                return scope.zero_masks
+            if name in scope.assigned or scope.kind != "function":
+                break
+        return self.scope.zero_masks
+
+    def _subscript_write(self, target: ast.Subscript, value: ast.expr) -> None:
+        attr = self_attr(target)
+        cls = self._class_scope()
+        if attr is not None and cls is not None and attr in cls.buffer_attrs and (
+                self._in_forward() and is_masking_value(value, self.lookup)):
+            self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
+                        "inside forward: the stored mask changes on every call; build a new "
+                        "tensor instead")
+        if self._is_large_negative(value) and mentions_mask(target):
+            self._large_negative(value, "an indexed assignment", target.value)
+        name = root_name(target)
+        if name is None:
             return
-        if self._check_zero_fill(base.id, target.slice, value, target):
+        masks = self._zero_masks_of(name)
+        if name not in masks:
+            return
+        if target.value is not None and isinstance(target.value, ast.Name) and (
+                self._check_zero_fill(name, target.slice, value, target)):
             return
         if not is_zero(value):
-            self.scope.zero_masks[base.id] = False
+            masks[name] = False  # `mask[i][j] = 1`, `mask[i, a:b] = 1`: something was kept
 
     def _zero_mask_call(self, call: ast.Call, name: str) -> None:
-        masks = self.scope.zero_masks
-        if not masks:
-            return
         base = receiver(call)
-        if isinstance(base, ast.Name) and base.id in masks and name.endswith("_"):
-            if name == "masked_fill_" and self._check_zero_fill(
-                base.id, argument(call, 0, "mask"), argument(call, 1, "value"), call
-            ):
-                return
-            masks[base.id] = False
+        base_name = root_name(base) if base is not None else None
+        if base_name is not None and name.endswith("_"):
+            masks = self._zero_masks_of(base_name)
+            if base_name in masks:
+                if name == "masked_fill_" and isinstance(base, ast.Name) and (
+                        self._check_zero_fill(base_name, argument(call, 0, "mask"),
+                                              argument(call, 1, "value"), call)):
+                    return
+                if not (name == "zero_" or (name == "fill_" and call.args and is_zero(
+                        call.args[0]))):
+                    masks[base_name] = False  # `mask[i, a:b].fill_(1)` writes into mask
         for arg in [*call.args, *(kw.value for kw in call.keywords)]:
-            if isinstance(arg, ast.Name) and arg.id in masks:
-                masks[arg.id] = False  # another function may write into it
+            if isinstance(arg, ast.Name):
+                masks = self._zero_masks_of(arg.id)
+                if arg.id in masks:
+                    masks[arg.id] = False  # another function may write into it
 
     def _taint(self, target: ast.AST) -> None:
-        node = target.value if isinstance(target, ast.Subscript) else target
-        if isinstance(node, ast.Name) and node.id in self.scope.zero_masks:
-            self.scope.zero_masks[node.id] = False
+        name = root_name(target)
+        if name is not None:
+            masks = self._zero_masks_of(name)
+            if name in masks:
+                masks[name] = False
 
     # --- MC505 ---
 
@@ -625,7 +1039,7 @@ class Linter:
         if self.scope.no_grad:
             return
         base = receiver(call)
-        if isinstance(base, ast.Name) and base.id in self.scope.grad_names:
+        if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
         elif (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name)
@@ -634,95 +1048,53 @@ class Linter:
             if cls is not None:
                 cls.self_fills.append((base.attr, call))
 
-    def _class_scope(self) -> _Scope | None:
-        for scope in reversed(self.scopes):
-            if scope.kind == "class":
-                return scope
-        return None
-
-    def _in_method_of_class(self) -> bool:
-        return self._class_scope() is not None
-
-    def _class_scope_add_param(self, attr: str) -> None:
-        cls = self._class_scope()
-        if cls is not None:
-            cls.param_attrs.add(attr)
-
-    # --- MC506 ---
+    # --- MC506 / MC510 / MC511 / MC521 ---
 
     def _sdpa(self, call: ast.Call) -> None:
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
-        if causal is not None and is_true(causal) and mask is not None and not is_none(mask):
+        causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
+        if causal_on and mask is not None and not is_none(mask):
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
+        key = argument(call, 1, "key")
+        if causal is not None and causal_on and key is not None and self.value(key).cached:
+            self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
+                        "is_causal=True aligns the mask to the top-left, so new queries cannot "
+                        "see most of the cache; pass an explicit mask (or is_causal=False "
+                        "for one query)")
+        if mask is None or is_none(mask):
+            return
+        facts = self.value(mask)
+        if facts.hf_keep_inverted:
+            self.report("MC511", mask, f"{self._text(mask)} is True at padding, but SDPA's bool "
+                        "attn_mask means True = may attend: it keeps only the padding; pass "
+                        "the keep-mask (`attention_mask.bool()`)")
+        elif facts.dtype == "bool" and facts.tri in {"upper", "supper"}:
+            self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
+                        "bool attn_mask means True = may attend: every query sees the future; "
+                        "use tril (or `triu(..., 1) == 0`)")
 
 
-# Substrings on a line that make its expressions worth a look, per rule.
-TRIGGERS: dict[str, tuple[str, ...]] = {
-    "MC502": ("key_padding_mask",),
-    "MC503": ("triu",),
-    "MC504": ("masked_fill",),
-    "MC505": ("masked_fill_", "requires_grad", "register_parameter"),
-    "MC506": ("scaled_dot_product_attention",),
-}
-LARGE_LITERAL = re.compile(r"-\s*(?:\d[\d.]*[eE]\+?0*(?:[5-9]|[1-9]\d)|\d{6}|10\s*\*\*)")
-FLOAT_STRING = re.compile(r"float\(\s*['\"]\s*-\s*\d")
+def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
+    """Insert `, text` before a call's closing parenthesis."""
+    end_line, end_col = call.end_lineno, call.end_col_offset
+    if end_line is None or end_col is None or not source:
+        return None
+    lines = source.splitlines()
+    before = lines[end_line - 1].encode()[:end_col - 1].decode("utf-8", "replace").rstrip()
+    sep = ", " if (call.args or call.keywords) and not before.endswith(",") else ""
+    return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
 
 
-def _line_of(starts: list[int], offset: int) -> int:
-    return bisect.bisect_right(starts, offset)
-
-
-def _line_starts(source: str) -> list[int]:
-    return [0, *(m.end() for m in re.finditer("\n", source))]
-
-
-def occurrence_lines(source: str, tokens: tuple[str, ...]) -> set[int]:
-    starts = _line_starts(source)
-    out: set[int] = set()
-    for token in tokens:
-        at = source.find(token)
-        while at != -1:
-            out.add(_line_of(starts, at))
-            at = source.find(token, at + 1)
-    return out
-
-
-def hot_lines(source: str, enabled: frozenset[str]) -> set[int]:
-    tokens = tuple(t for code in sorted(enabled) for t in TRIGGERS.get(code, ()))
-    out = occurrence_lines(source, tokens)
-    if "MC501" in enabled:
-        starts = _line_starts(source)
-        for rx in (LARGE_LITERAL, FLOAT_STRING):
-            out.update(_line_of(starts, m.start()) for m in rx.finditer(source))
-    return out
-
-
-def _is_hf_mask_name(name: str) -> bool:
-    # Only the canonical name: `vision_attention_mask` and friends are often already inverted
-    # (grounding_dino passes `~mask_flatten`).
-    return name == "attention_mask"
-
-
-def _is_key_padding_name(name: str) -> bool:
-    return name == "key_padding_mask" or name.endswith("_key_padding_mask")
-
-
-def _is_transposed(call: ast.Call, parent: ast.AST | None) -> bool:
-    if isinstance(parent, ast.Attribute) and parent.attr in _TRANSPOSES:
-        return True
-    return (
-        isinstance(parent, ast.Call)
-        and func_name(parent) in _TRANSPOSES
-        and call in parent.args
-    )
+def _is_test_path(path: str) -> bool:
+    """A pytest module by its file name (test_x.py, x_test.py): where fp32-only tests live."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name.startswith("test_") or name.endswith("_test.py")
 
 
 def lint_tree(
-    tree: ast.AST, enabled: frozenset[str], source: str = "", hot: set[int] | None = None
+    tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    return Linter(enabled, source).run(tree, hot)
-
-
+    return Linter(enabled, source, path).run(tree)

@@ -3,50 +3,22 @@
 from __future__ import annotations
 
 import ast
-import itertools
 import os
-import re
 from collections.abc import Sequence
 
 from maskcheck.errors import FileProblem
-from maskcheck.lint.checks import FLOAT_STRING, LARGE_LITERAL, hot_lines, lint_tree
+from maskcheck.lint.checks import Edit, Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
+from maskcheck.lint.prefilter import worth_parsing
 from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
 
-# A file is parsed only when the text of one enabled rule's trigger appears in it.
-# Each pattern starts with a literal so that `re` can skip ahead quickly: `-1e9`, `- 1e9 * m`,
-# `-1000000`, `-10**9`, `float("-1e9")`.
-_LARGE_LITERAL = LARGE_LITERAL
-_FLOAT_STRING = FLOAT_STRING
-_EQ_ZERO = re.compile(r"(?:\[|masked_fill_?\()\s*\w+\s*==\s*0(?:\.0*)?\s*[\],]")
-_SELF_FILL = re.compile(r"self\.\w+\.masked_fill_\(")
 # Below this many files one process is faster than starting workers.
 PARALLEL_MIN_FILES = 48
-
-
-def _may_match(text: str, code: str) -> bool:
-    if code == "MC501":
-        return (_LARGE_LITERAL.search(text) is not None
-                or _FLOAT_STRING.search(text) is not None)
-    if code == "MC502":
-        return "key_padding_mask" in text
-    if code == "MC503":
-        return "triu" in text
-    if code == "MC504":
-        return ("zeros" in text and ("== 0" in text or "==0" in text)
-                and _EQ_ZERO.search(text) is not None)
-    if code == "MC505":
-        return "masked_fill_" in text and (
-            "requires_grad" in text or _SELF_FILL.search(text) is not None)
-    if code == "MC506":
-        return "is_causal" in text and "scaled_dot_product_attention" in text
-    return False
-
-
-def worth_parsing(text: str, enabled: frozenset[str]) -> bool:
-    return any(_may_match(text, code) for code in enabled)
+# The parser needs about 500 bytes of memory per source byte on a dense statement (a 4 MB list
+# literal took 2 GB): past this size a file is reported, not parsed.
+MAX_SOURCE_CHARS = 8 * 1024 * 1024
 
 
 def decode_source(data: bytes) -> str:
@@ -73,69 +45,49 @@ def decode_source(data: bytes) -> str:
                      f"{first_error.start})")
 
 
-# A line that starts a top-level statement: not indented, not a comment, not a closing bracket
-# and not a clause continuing the statement above.
-_TOP_LEVEL = re.compile(r"^(?![ \t#)\]}\r\n]|(?:else|elif|except|finally)\b)", re.M)
-
-
-def top_level_chunks(source: str) -> list[int]:
-    """First line (1-based) of each run of top-level statements, decorators glued to defs."""
-    starts: list[int] = []
-    decorated = False
-    line_no = 1
-    last = 0
-    for m in _TOP_LEVEL.finditer(source):
-        line_no += source.count("\n", last, m.start())
-        last = m.start()
-        if not decorated:
-            starts.append(line_no)
-        decorated = source.startswith("@", m.start())
-    return starts
-
-
-def parse_hot_parts(source: str, hot: set[int], path: str) -> ast.Module:
-    """Parse only the top-level statements that hold a trigger line; the rest cannot match.
-
-    Chunks are found by indentation; when one does not parse on its own (a top-level-looking
-    line inside a string), the whole file is parsed instead, so real syntax errors surface.
-    """
-    starts = top_level_chunks(source)
-    lines = source.splitlines(keepends=True)
-    if not hot or len(starts) < 8:
-        return ast.parse(source, filename=path)
-    bounds = [*starts, len(lines) + 1]
-    ranges: list[list[int]] = []
-    for first, stop in itertools.pairwise(bounds):
-        if any(first <= line < stop for line in hot):
-            if ranges and ranges[-1][1] == first:
-                ranges[-1][1] = stop
-            else:
-                ranges.append([first, stop])
-    body: list[ast.stmt] = []
+def parse_module(source: str, path: str) -> ast.Module:
+    """The whole file's tree; ValueError with a one-line reason for a parser bomb."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ValueError(f"too large to lint ({len(source) // (1024 * 1024)} MiB; the limit "
+                         f"is {MAX_SOURCE_CHARS // (1024 * 1024)} MiB)")
     try:
-        for first, stop in ranges:
-            chunk = "\n" * (first - 1) + "".join(lines[first - 1:stop - 1])
-            body.extend(ast.parse(chunk, filename=path).body)
-    except SyntaxError:
         return ast.parse(source, filename=path)
-    return ast.Module(body=body, type_ignores=[])
+    except (RecursionError, MemoryError):
+        raise ValueError("could not parse: nested too deeply") from None
 
 
-def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Finding]:
-    """Findings of the enabled source rules; SyntaxError propagates."""
-    if not worth_parsing(source, enabled):
+def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>",
+              prefilter: bool = True) -> list[Hit]:
+    """Unsuppressed rule hits; `prefilter=False` parses and walks every file."""
+    source = normalize_newlines(source)
+    if prefilter and not worth_parsing(source, enabled):
         return []
-    hot = hot_lines(source, enabled)
-    tree = parse_hot_parts(source, hot, path)
-    hits = lint_tree(tree, enabled, source, hot)
+    tree = parse_module(source, path)
+    try:
+        hits = lint_tree(tree, enabled, source, path)
+    except (RecursionError, MemoryError):
+        raise ValueError("could not lint: expression nested too deeply") from None
     if not hits:
         return []
     table = suppressions(source)
-    lines = source.splitlines()
+    return [h for h in hits if not is_suppressed(table, h.code, h.line, h.end_line)]
+
+
+def normalize_newlines(source: str) -> str:
+    """CR-only and CRLF files read like LF ones (same lines, same findings)."""
+    if "\r" not in source:
+        return source
+    return source.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Finding]:
+    """Findings of the enabled source rules; SyntaxError and ValueError (bombs) propagate."""
+    hits = find_hits(source, enabled, path=path)
+    if not hits:
+        return []
+    lines = normalize_newlines(source).split("\n")
     out: list[Finding] = []
     for hit in hits:
-        if is_suppressed(table, hit.code, hit.line, hit.end_line):
-            continue
         rule = get_rule(hit.code)
         if rule is None:  # pragma: no cover - every code the linter emits is registered
             continue
@@ -198,3 +150,41 @@ def lint_files(
         done = list(pool.map(_lint_batch, batches))
     by_path: dict[str, FileReport] = {r.path: r for batch in done for r in batch}
     return [by_path[path] for path, _ in items]
+
+
+def fixed_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> str:
+    """The source with every safe fix of an unsuppressed finding applied (same text if none).
+
+    Edits are made on the original lines, so line endings, encoding and everything else in
+    the file stay as they were; an edit that spans lines or overlaps another is left out.
+    """
+    safe = frozenset(c for c in enabled if (rule := get_rule(c)) is not None and rule.safe_fix)
+    if not safe:
+        return source
+    edits = [h.edit for h in find_hits(source, safe, path=path) if h.edit is not None]
+    edits = [e for e in edits if e.line == e.end_line]
+    if not edits:
+        return source
+    lines = source.splitlines(keepends=True)
+    by_line: dict[int, list[Edit]] = {}
+    for edit in edits:
+        by_line.setdefault(edit.line, []).append(edit)
+    for number, line_edits in by_line.items():
+        if number > len(lines):
+            continue
+        raw = lines[number - 1]
+        body = raw.rstrip("\r\n")
+        data = body.encode("utf-8")
+        last_start = len(data) + 1
+        for edit in sorted(line_edits, key=lambda e: e.col, reverse=True):
+            if edit.end_col > last_start or edit.end_col > len(data):
+                continue  # overlaps the edit to its right
+            data = data[:edit.col] + edit.text.encode("utf-8") + data[edit.end_col:]
+            last_start = edit.col
+        lines[number - 1] = data.decode("utf-8") + raw[len(body):]
+    fixed = "".join(lines)
+    try:
+        ast.parse(fixed, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source  # an edit met an unusual layout (a trailing comma on its own line...)
+    return fixed

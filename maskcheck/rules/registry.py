@@ -29,6 +29,7 @@ class RuleInfo:
     # Off unless asked for by code, name or ALL (--select/--extend-select): a finding that is
     # true of correct stock masks too, so it would be noise by default.
     opt_in: bool = False
+    safe_fix: bool = False  # `check --fix` rewrites the code (source rules only)
 
 
 _RULES: dict[str, RuleInfo] = {}

@@ -225,5 +225,5 @@ def test_other_suffix_named_explicitly_is_reported(tmp_path: Path) -> None:
 def test_fixture_tree_through_cli() -> None:
     r = cli(str(LINT_FIXTURES))
     assert r.returncode == 1
-    assert {line.split()[1] for line in r.stdout.splitlines()[:-1]} == {
-        "MC501", "MC502", "MC503", "MC504", "MC505", "MC506"}
+    fixture_codes = {p.name.split("_")[0] for p in LINT_FIXTURES.glob("MC5*.py")}
+    assert {line.split()[1] for line in r.stdout.splitlines()[:-1]} == fixture_codes

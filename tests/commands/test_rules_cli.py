@@ -26,7 +26,7 @@ def test_rules_table_lists_every_rule() -> None:
     r = run("rules", env={"COLUMNS": "140"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["code", "name", "severity", "kind", "summary"]
+    assert lines[0].split() == ["code", "name", "severity", "kind", "fix", "summary"]
     for rule in all_rules():
         row = next(line for line in lines if line.startswith(rule.code + " "))
         assert rule.name in row and rule.severity.value in row
@@ -45,7 +45,7 @@ def test_rules_json_has_every_field() -> None:
     assert [d["code"] for d in doc] == [rule.code for rule in all_rules()]
     mc002 = next(d for d in doc if d["code"] == "MC002")
     assert set(mc002) == {"code", "name", "severity", "kind", "summary", "explanation", "bad",
-                          "good", "fix"}
+                          "good", "fix", "safe_fix"}
     assert mc002["name"] == "fully-masked-row" and mc002["severity"] == "error"
 
 

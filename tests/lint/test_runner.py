@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from maskcheck.lint.noqa import ALL, suppressions
-from maskcheck.lint.runner import lint_file, lint_files, lint_source, parse_hot_parts
+from maskcheck.lint.runner import lint_file, lint_files, lint_source
 
 ALL_CODES = frozenset({"MC501", "MC502", "MC503", "MC504", "MC505", "MC506"})
 BAD_LINE = "s = scores.masked_fill(mask, -1e9)"
@@ -82,23 +82,59 @@ def _module(n_defs: int, hot_body: str) -> str:
     return "import torch\n\n" + "\n".join(parts)
 
 
-def test_only_hot_chunks_are_parsed_but_lines_stay_true() -> None:
+def test_whole_file_is_linted_whatever_precedes_the_bug() -> None:
     src = _module(20, BAD_LINE)
-    tree = parse_hot_parts(src, {src.splitlines().index("    " + BAD_LINE) + 1}, "<m>")
-    assert [getattr(n, "name", None) for n in tree.body] == ["hot"]
     (finding,) = lint_source(src, ALL_CODES)
     assert src.splitlines()[finding.line - 1].strip() == BAD_LINE
 
 
-def test_chunk_split_inside_a_string_falls_back_to_a_full_parse() -> None:
-    doc = '"""\ndef looks_top_level():\nclass Nope:\n"""\n'
-    src = _module(20, BAD_LINE).replace("def f3(x):", doc + "def f3(x):")
-    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC501"]
+SEED_BLOCK_MASK = """
+def create_block_mask(n, b):
+    mask = torch.zeros(n, n)
+    for i in range(0, n, b):
+        mask[i:i + b, i:i + b] = 0
+    mask[mask == 0] = float('-inf')
+    return mask
+"""
 
 
-def test_syntax_error_outside_hot_chunk_still_surfaces_when_parsed() -> None:
-    src = _module(20, 'text = """\ndef broken(:\n"""\n    ' + BAD_LINE)
-    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC501"]
+def test_seed_block_mask_found_after_unrelated_code() -> None:
+    src = _module(20, "return scores") + SEED_BLOCK_MASK
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC504"]
+
+
+def test_setup_line_in_another_top_level_statement_is_followed() -> None:
+    src = _module(12, "return scores") + (
+        "BIG = torch.full((4, 4), float('-inf'))\n" + "x = 1\n" * 12
+        + "CAUSAL = torch.triu(BIG)\n")
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC503"]
+
+
+def test_code_in_strings_and_docstrings_is_never_linted() -> None:
+    template = 'TEMPLATE = """\nscores = scores.masked_fill(mask, -1e9)\n"""\n'
+    src = _module(20, "return scores") + template + '"""\nmask.masked_fill(m, -1e9)\n"""\n'
+    assert lint_source(src, ALL_CODES) == []
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+def test_cr_and_crlf_line_endings_give_the_lf_findings(newline: str) -> None:
+    src = _module(10, BAD_LINE) + SEED_BLOCK_MASK
+    lf = [(f.code, f.line, f.col) for f in lint_source(src, ALL_CODES)]
+    other = [(f.code, f.line, f.col) for f in lint_source(src.replace("\n", newline), ALL_CODES)]
+    assert other == lf and len(lf) == 2
+
+
+@pytest.mark.parametrize("bomb", [
+    "x = " + "-" * 100_000 + "1e9\n",
+    "x = " + "(" * 5_000 + "1" + ")" * 5_000 + "  # -1e9\n",
+    "x = [" + "-1e9, " * 10 + "]\n" + "# " + "y" * (9 * 1024 * 1024) + "\n",
+])
+def test_parser_bombs_are_one_line_errors(tmp_path: Path, bomb: str) -> None:
+    path = tmp_path / "bomb.py"
+    path.write_text(bomb)
+    report = lint_file(str(path), ALL_CODES)
+    assert report.findings == [] and report.error is not None
+    assert "\n" not in report.error
 
 
 def test_files_without_triggers_are_not_parsed(tmp_path: Path) -> None:

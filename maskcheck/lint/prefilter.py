@@ -1,0 +1,177 @@
+"""Whether a file is worth parsing: a shortcut that provably keeps every finding.
+
+Parsing is most of the linter's time, so a text test runs first. `may_match(text, code)` is
+a *necessary* condition, never a sufficient one: rule `code` cannot fire unless these tokens
+appear in the text, because each rule's evidence is an AST node whose source text holds them
+(an alias import still names the function; `NEG_INF = -1e9` still holds the literal;
+`number()` only evaluates products with a factor beyond 65504, so a value below -65504
+always shows one of the digit shapes below; MC509 only reads masks by their own dotted
+name, right next to the `+`). A file that passes is parsed and walked whole.
+
+tests/lint/test_prefilter.py checks on real files that the shortcut and a full parse give
+the same findings; benchmarks/lint_prefilter_equivalence.py does it over whole packages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# Every spelling of a value beyond 65504, once digits are all 0: five digits or more, an
+# exponent, a radix prefix, `_` separators (`**` is looked at separately).
+_BIG_SHAPES = (b"0x", b"0X", b"0o", b"0O", b"0b", b"0B", b"0_0")
+_EXPONENT_SHAPES = (b"0e0", b"0E0", b"0e+0", b"0E+0")
+_BIG_EXPONENT = re.compile(r"\d[eE]\+?0*(?:[4-9]|[1-9]\d)")  # 1e4 and beyond
+_DIGIT_BYTES = frozenset(b"0123456789")
+_POWER = re.compile(r"\d\s*\*\*")
+# -inf spelled any way float() or a module constant takes it: inf, Inf, INF, infinity, PINF.
+_INF = re.compile(r"inf(?:inity)?\b")
+# MC512: `<numeric literal> - <bool tensor>`: the literal's text ends in a digit or a dot
+# (searched in the text with every digit made 0; each pattern starts with a literal: fast).
+_DIGIT_MINUS = re.compile(rb"0[\s\\]*-")
+_DOT_MINUS = re.compile(r"\.[\s\\]*-")
+_TRANSFORMER = re.compile(r"Transformer(?:Encoder|Decoder)?(?:Layer)?\b")
+_MASK_WORDS = ("mask", "bias", "causal", "extended")
+_MASK_WORD = r"(?:mask|bias|causal|extended)"
+# MC509 (on lower-cased text): `+` right before a mask-named operand, or right after one (an
+# optional simple index).
+_PLUS_THEN_MASK = re.compile(r"\+(?:[\s(\\]|#[^\n]*)*[\w.]*" + _MASK_WORD)
+_MASK_THEN_PLUS = re.compile(_MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*)*\+")
+
+
+class _Text:
+    """A text and the views of it that the conditions share (computed once, on demand)."""
+
+    __slots__ = ("_large", "_low", "_zeros", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._low: str | None = None
+        self._zeros: bytes | None = None
+        self._large: bool | None = None
+
+    @property
+    def low(self) -> str:
+        if self._low is None:
+            self._low = self.text.lower()
+        return self._low
+
+    @property
+    def zeros(self) -> bytes:
+        """The text as UTF-8 with every digit 1-9 made 0 (bytes.translate runs at C speed)."""
+        if self._zeros is None:
+            self._zeros = self.text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO)
+        return self._zeros
+
+
+_Test = Callable[[_Text], bool]
+
+
+def _all(*tests: _Test) -> _Test:
+    return lambda t: all(test(t) for test in tests)
+
+
+def _has(*tokens: str) -> _Test:
+    return lambda t: any(token in t.text for token in tokens)
+
+
+def _has_low(*tokens: str) -> _Test:
+    return lambda t: any(token in t.low for token in tokens)
+
+
+def _large_number(t: _Text) -> bool:
+    if t._large is None:
+        zeros = t.zeros
+        t._large = (any(shape in zeros for shape in _BIG_SHAPES) or _big_digit_run(t)
+                    or (any(shape in zeros for shape in _EXPONENT_SHAPES)
+                        and _BIG_EXPONENT.search(t.text) is not None)
+                    or (b"**" in zeros and _POWER.search(t.text) is not None))
+    return t._large
+
+
+def _big_digit_run(t: _Text) -> bool:
+    """A run of digits worth 65505 or more (or 65504.x): found as 00000 in the zeroed bytes."""
+    zeros = t.zeros
+    at = zeros.find(b"00000")
+    if at == -1:
+        return False
+    data = t.text.encode("utf-8", "surrogatepass")
+    while at != -1:
+        start = at
+        while start > 0 and data[start - 1] in _DIGIT_BYTES:
+            start -= 1
+        end = at + 5
+        while end < len(data) and data[end] in _DIGIT_BYTES:
+            end += 1
+        value = int(data[start:end])
+        if value >= 65505 or (value == 65504 and data[end:end + 1] == b"."):
+            return True
+        at = zeros.find(b"00000", end)
+    return False
+
+
+def _mha_or_sdpa(t: _Text) -> bool:
+    text = t.text
+    return ("key_padding_mask" in text or "MultiheadAttention" in text
+            or "scaled_dot_product_attention" in text
+            or ("Transformer" in text and _transformer_class(text)))
+
+
+def _transformer_class(text: str) -> bool:
+    """`Transformer`, `TransformerEncoderLayer`... as a whole word (not `TransformersKwargs`)."""
+    for m in _TRANSFORMER.finditer(text):
+        if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_"):
+            return True
+    return False
+
+
+def _plus_mask(t: _Text) -> bool:
+    low = t.low
+    return "+" in low and any(w in low for w in _MASK_WORDS) and (
+        _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
+
+
+def _has_mask_word(t: _Text) -> bool:
+    return any(w in t.low for w in _MASK_WORDS)
+
+
+def _literal_minus(t: _Text) -> bool:
+    return _DIGIT_MINUS.search(t.zeros) is not None or _DOT_MINUS.search(t.text) is not None
+
+
+_TOKENIZER = _has_low("tokenizer", "processor")
+_BOOL_EVIDENCE = _has("bool", "==", "!=", "<", ">", "~", "logical_")
+_CONDITIONS: dict[str, _Test] = {
+    "MC501": _large_number,
+    "MC502": _mha_or_sdpa,
+    "MC503": _has("triu"),
+    "MC504": _all(_has("zeros"), _has("==")),
+    "MC505": _has("masked_fill_"),
+    "MC506": _has("scaled_dot_product_attention"),
+    "MC509": _all(lambda t: _plus_mask(t) or ("add" in t.text and _has_mask_word(t)),
+                  _BOOL_EVIDENCE),
+    "MC510": _all(_has("scaled_dot_product_attention"), _has("cat")),
+    "MC511": _all(_mha_or_sdpa, _TOKENIZER),
+    "MC512": _all(_literal_minus, _BOOL_EVIDENCE),
+    "MC513": _all(_has("finfo"), _has("+", "add")),
+    "MC517": _all(_has("finfo"), _has("float", "double"), _has("half", "float16", "bfloat16")),
+    "MC518": _all(_has("~"), lambda t: "int" in t.text or "long" in t.text or _TOKENIZER(t)),
+    "MC519": _all(_has("masked_fill"), _TOKENIZER),
+    "MC521": _has("tril", "triu"),
+    "MC522": _all(_has("*", "mul"), lambda t: _INF.search(t.low) is not None),
+    "MC523": _all(_has("*", "mul"), lambda t: "finfo" in t.text or _INF.search(t.low) is not None
+                  or _large_number(t) or "generate_square_subsequent_mask" in t.text),
+    "MC524": _all(_has("masked_fill_"), _has("register_buffer")),
+}
+
+
+def may_match(text: str, code: str) -> bool:
+    """Whether rule `code` can fire on `text` at all (a necessary condition, never sufficient)."""
+    test = _CONDITIONS.get(code)
+    return test is not None and test(_Text(text))
+
+
+def worth_parsing(text: str, enabled: frozenset[str]) -> bool:
+    shared = _Text(text)
+    return any(_CONDITIONS[code](shared) for code in enabled if code in _CONDITIONS)

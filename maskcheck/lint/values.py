@@ -1,0 +1,652 @@
+"""What the linter knows about a name's value, followed the way a reader follows it.
+
+A `Value` holds the facts that the source rules need (dtype evidence, 0/1 or 0/-inf matrix,
+where a triangle's True entries sit, a Hugging Face keep-mask, a constant, an alias of a torch
+function). `describe` reads an expression with the names bound *before* it, so
+`mask = torch.triu(mask)` reads the old `mask`. Unknown stays unknown: every rule fires only on
+positive evidence, never on a missing fact.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+FP16_MAX = 65504.0
+_INF_NAMES = frozenset({"math.inf", "torch.inf", "np.inf", "numpy.inf", "np.Inf", "np.PINF"})
+_ONES_FUNCS = frozenset({"ones", "ones_like", "new_ones"})
+_FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
+# Tensor methods that keep the values (and so the facts) of their receiver.
+_KEEPS_VALUES = frozenset({
+    "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
+    "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
+})
+# Comparison methods: a bool result.
+_COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
+_TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
+# torch's dtype names, by the fact they give.
+_HALF = frozenset({"float16", "half", "bfloat16"})
+_FP32 = frozenset({"float32", "float", "float64", "double"})
+_INT = frozenset({"long", "int64", "int", "int32", "int8", "uint8", "int16", "short"})
+# Where the True (or 1) entries of a triangle sit, and what `== 0` / `~` turns them into.
+_COMPLEMENT = {"lower": "supper", "upper": "slower", "slower": "upper", "supper": "lower"}
+_TRANSPOSED = {"lower": "upper", "upper": "lower", "slower": "supper", "supper": "slower"}
+# Names of functions whose result is a tokenizer's output (input_ids, attention_mask int64).
+_TOKENIZER_HINTS = ("tokenizer", "processor")
+
+
+@dataclass(frozen=True)
+class Value:
+    dtype: str | None = None  # "bool" | "int" | "fp32" | "half" | None (unknown)
+    additive: bool = False  # a matrix of 0 and -inf / large negatives (an additive mask)
+    finfo_min: bool = False  # filled with torch.finfo(...).min
+    zero_one: bool = False  # a numeric matrix of 0 and 1 (triu/tril of ones, bool.float())
+    all_ones: bool = False  # torch.ones: 1 everywhere (a triangle of it is 0/1)
+    zeros: bool = False  # torch.zeros: 0 everywhere (a fill of it makes an additive mask)
+    flag: bool | None = None  # a True/False constant (CAUSAL = True)
+    wide_finfo: bool = False  # torch.finfo(torch.float32).min held in a name
+    int_mask: bool = False  # a mask cast to an integer dtype (`attention_mask.int()`)
+    tri: str | None = None  # where the True/1 entries sit: lower, upper, slower, supper (strict)
+    hf_keep: bool = False  # a tokenizer's attention_mask: 1 = real token, int64
+    hf_keep_inverted: bool = False  # that mask turned into True = padding (`== 0`, `~m.bool()`)
+    tokens: bool = False  # a tokenizer's output (a BatchEncoding)
+    cached: bool = False  # keys/values concatenated with a cache: L != S
+    grad: bool = False  # requires grad
+    number: float | None = None  # a constant
+    api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
+    mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
+
+    def __bool__(self) -> bool:
+        return self != UNKNOWN
+
+
+UNKNOWN = Value()
+Lookup = Callable[[str], Value]
+
+
+def dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def last_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        key = node.slice.value
+        return key if isinstance(key, str) else None
+    return None
+
+
+def receiver(call: ast.Call) -> ast.expr | None:
+    return call.func.value if isinstance(call.func, ast.Attribute) else None
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    if len(call.args) > index and not any(isinstance(a, ast.Starred) for a in call.args[:index]):
+        return call.args[index]
+    return kwarg(call, name)
+
+
+def root_name(node: ast.AST) -> str | None:
+    """`mask` for `mask`, `mask[i][j]`, `mask[i, a:b]`: the name a write lands in."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def self_attr(node: ast.AST) -> str | None:
+    """`X` for `self.X` (and `self.X[...]`)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+            node.value.id == "self"):
+        return node.attr
+    return None
+
+
+def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
+    """The value of a constant numeric expression (-1e9, -10**9, float('-inf'), NEG_INF)."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = number(node.operand, lookup)
+        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.Mult)):
+        return _product_or_power(node, lookup)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+            node.func.id == "float") and len(node.args) == 1:
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            try:
+                return float(arg.value)
+            except ValueError:
+                return None
+        return number(arg, lookup)
+    if dotted(node) in _INF_NAMES:
+        return math.inf
+    if lookup is not None and isinstance(node, ast.Name):
+        return lookup(node.id).number
+    return None
+
+
+def _product_or_power(node: ast.BinOp, lookup: Lookup | None) -> float | None:
+    left, right = number(node.left, lookup), number(node.right, lookup)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Mult):
+        # Only `-1 * 1e9`-style spellings, so that a large value always has a large literal
+        # (or `**`) in its text: the file pre-filter relies on it.
+        if max(abs(left), abs(right)) <= FP16_MAX and not (
+                _has_pow(node.left) or _has_pow(node.right)):
+            return None
+        return left * right
+    if abs(right) > 400 or (left == 0 and right < 0):
+        return None
+    try:
+        return float(left**right)
+    except (OverflowError, ZeroDivisionError):
+        return None
+
+
+def _has_pow(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
+
+
+def is_finfo_min(node: ast.AST, lookup: Lookup | None = None) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(
+            node.operand, ast.Attribute) and node.operand.attr == "max":
+        node = ast.Attribute(value=node.operand.value, attr="min")
+    if not (isinstance(node, ast.Attribute) and node.attr == "min"):
+        return lookup is not None and isinstance(node, ast.Name) and lookup(node.id).finfo_min
+    base = node.value
+    if isinstance(base, ast.Call):
+        return call_name(base) == "finfo"
+    return lookup is not None and isinstance(base, ast.Name) and lookup(base.id).api == "finfo"
+
+
+def is_wide_finfo_min(node: ast.AST) -> bool:
+    """`torch.finfo(torch.float32).min`: the float32 minimum, which float16 cannot hold."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "min"
+            and isinstance(node.value, ast.Call) and call_name(node.value) == "finfo"):
+        return False
+    args = node.value.args
+    return bool(args) and dtype_of(args[0]) == "fp32"
+
+
+def is_masking_value(node: ast.AST, lookup: Lookup | None = None) -> bool:
+    """-inf, a large negative literal or finfo(...).min: a value meant to mask."""
+    v = number(node, lookup)
+    if v is not None:
+        return v < -FP16_MAX
+    return is_finfo_min(node, lookup)
+
+
+def is_neg_inf(node: ast.AST, lookup: Lookup | None = None) -> bool:
+    return number(node, lookup) == -math.inf
+
+
+def is_true(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def is_zero(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and node.value is False:
+        return True
+    return number(node) == 0
+
+
+def call_name(call: ast.Call, lookup: Lookup | None = None) -> str | None:
+    """The called function's last name, through aliases (`sdpa` -> scaled_dot_product_attention)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        if lookup is not None:
+            alias = lookup(func.id).api
+            if alias is not None:
+                return alias
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def is_module_call(call: ast.Call) -> bool:
+    """`torch.zeros(...)` rather than `x.zeros(...)`: the receiver is a module-like name."""
+    base = receiver(call)
+    return base is None or (dotted(base) or "").split(".")[0] in {
+        "torch", "np", "numpy", "jnp", "F", "nn"}
+
+
+def dtype_of(node: ast.AST | None) -> str | None:
+    """The fact a dtype expression gives: `torch.float16` -> half, `torch.bool` -> bool."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name: str | None = node.value
+    else:
+        name = dotted(node)
+    if name is None:
+        return None
+    last = name.split(".")[-1]
+    if last in {"bool", "bool_"}:
+        return "bool"
+    if last in _HALF:
+        return "half"
+    if last in _FP32 and name != "float":  # the Python builtin `float` as a dtype is float64
+        return "fp32"
+    if name == "float":
+        return "fp32"
+    if last in _INT and name not in {"int"}:
+        return "int"
+    if name == "int":
+        return "int"
+    return None
+
+
+def _names_mask(node: ast.AST) -> bool:
+    """A name, attribute or string key with `mask` in it (`batch["attention_mask"]`)."""
+    return any(
+        (isinstance(n, ast.Constant) and isinstance(n.value, str) and "mask" in n.value)
+        or (isinstance(n, ast.Name) and "mask" in n.id.lower())
+        or (isinstance(n, ast.Attribute) and "mask" in n.attr.lower())
+        for n in ast.walk(node))
+
+
+def mentions_mask(node: ast.AST) -> bool:
+    """A name that reads as an attention mask or bias (MC501's filter)."""
+    for n in ast.walk(node):
+        text = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        low = text.lower()
+        if any(word in low for word in ("mask", "bias", "causal", "extended")):
+            return True
+    return False
+
+
+def _tri_of(call: ast.Call, name: str, base: Value) -> str | None:
+    if name not in {"triu", "tril"} or not (base.zero_one or base.all_ones
+                                            or base.dtype == "bool"):
+        return None
+    diagonal = argument(call, 1, "diagonal") if is_module_call(call) else argument(
+        call, 0, "diagonal")
+    d = 0.0 if diagonal is None else number(diagonal)
+    if d == 0:
+        return "upper" if name == "triu" else "lower"
+    if d == 1 and name == "triu":
+        return "supper"
+    if d == -1 and name == "tril":
+        return "slower"
+    return None
+
+
+def _triangle(call: ast.Call, name: str, base: Value) -> Value:
+    tri = _tri_of(call, name, base)
+    zero_one = base.zero_one or base.all_ones
+    return replace(base, tri=tri, zero_one=zero_one, all_ones=False)
+
+
+def describe(node: ast.AST, lookup: Lookup) -> Value:
+    """The facts about an expression's value, reading names as bound before it."""
+    if isinstance(node, ast.Name):
+        return lookup(node.id)
+    if isinstance(node, ast.Attribute):
+        return _describe_attribute(node, lookup)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id == "float":
+            v = number(node, lookup)  # `MASKED = float("-inf")`
+            return Value(number=v) if v is not None else UNKNOWN
+        return _describe_call(node, lookup)
+    if isinstance(node, ast.Compare):
+        return _describe_compare(node, lookup)
+    if isinstance(node, ast.UnaryOp):
+        return _describe_unary(node, lookup)
+    if isinstance(node, ast.BinOp):
+        return _describe_binop(node, lookup)
+    if isinstance(node, ast.Subscript):
+        return _describe_subscript(node, lookup)
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return Value(flag=node.value)
+    v = number(node, lookup)
+    return Value(number=v) if v is not None else UNKNOWN
+
+
+def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
+    if node.attr in _TRANSPOSES:
+        base = describe(node.value, lookup)
+        return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
+    if node.attr == "attention_mask" and describe(node.value, lookup).tokens:
+        return Value(dtype="int", hf_keep=True)
+    if is_finfo_min(node, lookup):
+        return Value(finfo_min=True, wide_finfo=is_wide_finfo_min(node))
+    v = number(node, lookup)
+    if v is not None:
+        return Value(number=v)
+    if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"}:
+        return Value(api=node.attr)
+    return UNKNOWN
+
+
+def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
+    base = describe(node.value, lookup)
+    key = node.slice
+    if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
+        return Value(dtype="int", hf_keep=True)
+    if not base:
+        return UNKNOWN
+    # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
+    # slice (`bias[:, :, :T, :T]`), not an offset one.
+    tri = base.tri if _square_slice(key) else None
+    return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _square_slice(key: ast.expr) -> bool:
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    slices = [p for p in parts if isinstance(p, ast.Slice)]
+    if len(slices) < 2 or len(slices) != len(parts) - sum(
+            isinstance(p, ast.Constant) and p.value is None for p in parts):
+        return False
+    if any(s.lower is not None or s.step is not None for s in slices):
+        return False
+    a, b = slices[-2].upper, slices[-1].upper
+    return ast.dump(a) == ast.dump(b) if a is not None and b is not None else a is b
+
+
+def _describe_compare(node: ast.Compare, lookup: Lookup) -> Value:
+    if len(node.ops) != 1:
+        return UNKNOWN
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    lv = describe(left, lookup)
+    tensorish = bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or mentions_mask(
+        left) or (last_name(left) or "").endswith("ids")
+    if not tensorish:
+        return UNKNOWN
+    return _compared(lv, op, right, left)
+
+
+def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
+    """`input_ids == pad_token_id`, `ids.eq(PAD)`: True at padding."""
+    return (last_name(left) or "").lower().endswith("ids") and "pad" in (
+        dotted(right) or last_name(right) or "").lower()
+
+
+def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
+    out = Value(dtype="bool")
+    if _is_pad_test(left, right):
+        if isinstance(op, ast.Eq):
+            return replace(out, hf_keep_inverted=True)
+        if isinstance(op, ast.NotEq):
+            return replace(out, hf_keep=True)
+    c = number(right)
+    if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
+        if lv.tri:
+            out = replace(out, tri=_COMPLEMENT[lv.tri])
+        if lv.hf_keep:
+            out = replace(out, hf_keep_inverted=True)
+    elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)
+          or (isinstance(op, ast.Gt) and c == 0)):
+        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep)
+    return out
+
+
+def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
+    if isinstance(node.op, ast.Invert):
+        base = describe(node.operand, lookup)
+        if base.dtype != "bool":
+            return UNKNOWN
+        return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
+                     hf_keep_inverted=base.hf_keep, hf_keep=base.hf_keep_inverted)
+    v = number(node, lookup)
+    if v is not None:
+        return Value(number=v)
+    if isinstance(node.op, ast.USub) and is_finfo_min(node, lookup):
+        return Value(finfo_min=True)
+    return UNKNOWN
+
+
+def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
+    v = number(node, lookup)
+    if v is not None:
+        return Value(number=v)
+    left, right = describe(node.left, lookup), describe(node.right, lookup)
+    if isinstance(node.op, ast.Mult):
+        for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
+            if _one_minus(a_node) and is_finfo_min(b_node, lookup):
+                return Value(finfo_min=True, additive=True)  # HF's `(1.0 - m) * finfo.min`
+        for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
+            if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
+                return Value(finfo_min=True, additive=True)
+            if a.zero_one and is_masking_value(b_node, lookup) and not is_neg_inf(
+                    b_node, lookup):
+                return Value(additive=True)
+    if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
+        return Value(zero_one=True, tri=_COMPLEMENT.get(right.tri or ""),
+                     dtype=right.dtype)
+    if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
+            left.dtype == "bool" and right.dtype == "bool"):
+        return Value(dtype="bool")
+    dtype = left.dtype if left.dtype in {"fp32", "half"} else None
+    return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _one_minus(node: ast.AST) -> bool:
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
+            and number(node.left) == 1)
+
+
+def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
+    name = call_name(call, lookup)
+    base_node = receiver(call)
+    if name is None:
+        return UNKNOWN
+    if name == "Parameter":
+        rg = kwarg(call, "requires_grad")
+        return Value(grad=rg is None or not is_zero(rg))
+    if name in {"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
+                "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}:
+        return Value(mha=True)
+    if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
+            base_node is not None and any(
+                hint in (last_name(base_node) or "").lower() for hint in _TOKENIZER_HINTS)
+            and name in {"encode_plus", "batch_encode_plus", "__call__", "pad"}):
+        return Value(tokens=True)
+    dtype_kw = dtype_of(kwarg(call, "dtype"))
+    grad = kwarg(call, "requires_grad")
+    grad_fact = grad is not None and is_true(grad)
+    if is_module_call(call):
+        made = _describe_factory(call, name, dtype_kw, lookup)
+        if made is not None:
+            return replace(made, grad=grad_fact) if grad_fact else made
+        if grad_fact:
+            return Value(grad=True)
+    if base_node is None:
+        return UNKNOWN
+    base = describe(base_node, lookup)
+    return _describe_method(call, name, base, lookup)
+
+
+def _describe_factory(
+    call: ast.Call, name: str, dtype_kw: str | None, lookup: Lookup
+) -> Value | None:
+    """torch.ones / full / triu / cat / where ... called as functions."""
+    # torch.zeros/ones/empty/rand with no dtype are float32 (torch's default dtype).
+    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} else None
+    if name in _ONES_FUNCS:
+        return Value(dtype=dtype_kw or default, all_ones=True)
+    if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
+        return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES)
+    if name == "tensor" and call.args and _int_literal(call.args[0]):
+        return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
+    if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
+        return Value(dtype=dtype_kw or "fp32", zero_one=True)
+    if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
+        return Value(finfo_min=True, additive=True)
+    if name in _FULL_FUNCS:
+        fill = argument(call, 1, "fill_value")
+        if fill is None:
+            return None
+        if is_true(fill):
+            return Value(dtype="bool")
+        dtype = dtype_kw or ("fp32" if name == "full" and number(fill, lookup) is not None
+                             else None)
+        return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
+                     finfo_min=is_finfo_min(fill, lookup))
+    if name in {"triu", "tril"}:
+        matrix = argument(call, 0, "input")
+        if matrix is None:
+            return None
+        return _triangle(call, name, describe(matrix, lookup))
+    if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
+        parts = call.args[0].elts
+        if len(parts) >= 2 and any(_names_a_cache(p) for p in parts[:-1]):
+            return Value(cached=True)
+        return UNKNOWN
+    if name == "generate_square_subsequent_mask":
+        return Value(additive=True)  # nn.Transformer's 0 / -inf float mask
+    if name == "where" and len(call.args) == 3:
+        a, b = call.args[1], call.args[2]
+        if is_finfo_min(a, lookup) or is_finfo_min(b, lookup):
+            return Value(finfo_min=True, additive=True)
+        if all(number(x, lookup) is not None for x in (a, b)):
+            # two Python scalars: torch's default dtype; 0 and -inf make an additive mask
+            masking = any(is_masking_value(x, lookup) for x in (a, b)) and any(
+                number(x, lookup) == 0 for x in (a, b))
+            return Value(dtype="fp32", additive=masking)
+        return UNKNOWN
+    if name in {"logical_not", "logical_and", "logical_or"} and call.args:
+        base = describe(call.args[0], lookup)
+        tri = _COMPLEMENT.get(base.tri or "") if name == "logical_not" else None
+        return Value(dtype="bool", tri=tri)
+    if name in {"finfo", "iinfo"}:
+        return Value(api="finfo")
+    if name in {"softmax", "log_softmax"} and call.args:
+        return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
+    return None
+
+
+_ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+
+
+def _int_literal(node: ast.AST) -> bool:
+    """A (nested) list of int literals, as in torch.tensor([[1, 1, 0]]): an int64 tensor."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_int_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _literal_values(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [v for e in node.elts for v in _literal_values(e)]
+    return [node]
+
+
+def _zero_one_literal(node: ast.AST) -> bool:
+    """A (nested) list of 0s and 1s with both present: a 0/1 mask written out."""
+    values = {number(v) for v in _literal_values(node)}
+    return values == {0.0, 1.0}
+
+
+def _holds_finfo_min(node: ast.AST, lookup: Lookup) -> bool:
+    return isinstance(node, (ast.List, ast.Tuple)) and any(
+        is_finfo_min(v, lookup) for v in _literal_values(node))
+
+
+def _names_a_cache(node: ast.AST) -> bool:
+    text = (dotted(node) or last_name(node) or "").lower()
+    return any(word in text for word in ("cache", "past", "prev"))
+
+
+def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> Value:
+    """`x.float()`, `m.bool()`, `x.masked_fill(...)`, `x.requires_grad_()` ..."""
+    if name == "requires_grad_":
+        flag = call.args[0] if call.args else kwarg(call, "requires_grad")
+        return replace(base, grad=flag is None or not is_zero(flag))
+    if name in {"float", "double"}:
+        return _retyped(base, "fp32")
+    if name in {"half", "bfloat16"}:
+        return _retyped(base, "half")
+    if name == "bool":
+        return replace(base, dtype="bool", zero_one=False, number=None)
+    if name in {"long", "int"}:
+        base_node = receiver(call)
+        masked = base_node is not None and _names_mask(base_node)
+        return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep)
+    if name in {"to", "type"}:
+        target = argument(call, 0, "dtype")
+        dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype"))
+        if dtype:
+            return _retyped(base, dtype)
+        if kwarg(call, "dtype") is None and (target is None or _is_device(target)):
+            return replace(base, tokens=False)  # a move, not a cast
+        return replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
+                       == "bool", hf_keep=False, hf_keep_inverted=False)
+    if name == "type_as":
+        return replace(base, dtype=None, tokens=False)
+    if name in _COMPARE_METHODS and call.args:
+        op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
+              "le": ast.LtE()}[name]
+        base_node = receiver(call)
+        return _compared(base, op, call.args[0], base_node if base_node is not None else call)
+    if name in _KEEPS_VALUES:
+        grad = base.grad and name not in {"detach", "clone"}
+        return replace(base, tokens=False, api=None, mha=False, grad=grad)
+    if name in _TRANSPOSES:
+        return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
+    if name in {"logical_not", "logical_not_"}:
+        return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
+                     hf_keep_inverted=base.hf_keep)
+    if name in {"triu", "tril"}:
+        return _triangle(call, name, base)
+    if name in {"masked_fill", "masked_fill_"}:
+        value = argument(call, 1, "value")
+        finfo = value is not None and is_finfo_min(value, lookup)
+        additive = base.zero_one is False and value is not None and is_masking_value(
+            value, lookup) and base.dtype != "bool"
+        return Value(dtype=base.dtype, finfo_min=finfo or base.finfo_min,
+                     additive=additive and (base.additive or _starts_empty(base)))
+    if name in {"softmax", "log_softmax"}:
+        return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
+    if name in {"fill_", "zero_"} or name in {"sum", "mean", "max", "min"}:
+        return UNKNOWN
+    if name == "attention_mask" or name == "get":
+        return UNKNOWN
+    return UNKNOWN
+
+
+def _starts_empty(base: Value) -> bool:
+    """A zeros matrix: filling it with -inf makes an additive mask."""
+    return base.zeros and base.dtype in {None, "fp32", "half"}
+
+
+def _is_device(node: ast.AST) -> bool:
+    text = (dotted(node) or last_name(node) or "").lower()
+    return "device" in text or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                and not dtype_of(node))
+
+
+def _retyped(base: Value, dtype: str) -> Value:
+    zero_one = base.zero_one or (base.dtype == "bool" and not base.all_ones)
+    if dtype == "bool":
+        return replace(base, dtype="bool", zero_one=False)
+    if dtype == "int":
+        return replace(base, dtype="int", zero_one=False)
+    return replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
+                   tokens=False)
