@@ -13,7 +13,17 @@ __all__ = ["__version__", "analyze", "capture", "guard"]
 
 
 def analyze(tensor: Any, api: str = "auto", name: str = "mask", **kwargs: Any) -> TensorReport:
-    """Analyse one mask (numpy array or torch tensor on any device)."""
+    """Analyse one mask (numpy array, torch tensor on any device, or FlexAttention BlockMask).
+
+    A BlockMask is expanded to its token-level keep-mask (at most 16 M cells; larger ones are
+    expanded for batch 0, head 0) and read with the flex convention unless `api` says
+    otherwise; its block structure (full, partial, skipped blocks) is added to the evidence.
+    """
+    if type(tensor).__name__ == "BlockMask" and hasattr(tensor, "kv_indices"):
+        from maskcheck.attention.blockmask import analyze_block_mask
+
+        report: TensorReport = analyze_block_mask(tensor, api=api, name=name, **kwargs)
+        return report
     from maskcheck.analysis import analyze as _analyze
 
     return _analyze(tensor, api=api, name=name, **kwargs)
