@@ -96,8 +96,8 @@ class capture:
                 hint = f"; modules seen: {', '.join(self._seen_modules[:6])}" + (
                     ", ..." if len(self._seen_modules) > 6 else "")
             if unchecked:
-                hint += (f"; {unchecked} call(s) ran inside a torch.compile(fullgraph=True) "
-                         "graph, where nothing can be recorded: capture the uncompiled model")
+                hint += ("; attention calls ran inside a torch.compile(fullgraph=True) graph, "
+                         "where nothing can be recorded: capture the uncompiled model")
             warnings.warn(f"maskcheck.capture: no attention call {what}{of} in the block "
                           f"({st.calls} seen){hint}; nothing written to {st.path}",
                           MaskcheckWarning, stacklevel=2)

@@ -61,7 +61,8 @@ class CallLog:
     total: int = 0
     by_impl: dict[str, int] = field(default_factory=dict)
     by_module: dict[str, int] = field(default_factory=dict)
-    # Calls that ran inside a torch.compile graph that cannot break (fullgraph=True).
+    # > 0 when calls ran inside a torch.compile graph that cannot break (fullgraph=True);
+    # counted from inside the graph, so a count of events rather than an exact call count.
     unchecked_compiled: int = 0
 
     def add(self, seen: SeenCall) -> None:
@@ -270,8 +271,8 @@ class guard:
                       f"{r.count} calls of this block, reported once{where}")
         unchecked = self.calls.unchecked_compiled
         if unchecked:
-            _warn(f"maskcheck.guard: {unchecked} attention call(s) ran inside a torch.compile "
-                  "graph that cannot break (fullgraph=True), so they were not checked; guard "
+            _warn("maskcheck.guard: attention calls ran inside a torch.compile graph that "
+                  "cannot break (fullgraph=True), so they were not checked; guard "
                   "the model uncompiled or compiled without fullgraph to check them")
         elif self.calls.total == 0:
             _warn("maskcheck.guard: the block made no attention call maskcheck can see. "

@@ -9,9 +9,13 @@ What is seen, inside `with Interceptor(handler):`
   imports it. Calls made inside a seen registry call (HF's sdpa function calling
   `F.scaled_dot_product_attention`) are not seen a second time;
 - `F.scaled_dot_product_attention` and `F.multi_head_attention_forward`
-  (`nn.MultiheadAttention.forward` calls the latter on its regular path) through a
-  TorchFunctionMode; calls made inside a seen call are not seen again (torch disables a mode
-  while its handler runs);
+  (`nn.MultiheadAttention.forward` calls the latter on its regular path), looked up through
+  `torch.nn.functional` during the block: the module attributes are wrapped and restored on
+  exit. A name imported with `from torch.nn.functional import scaled_dot_product_attention`
+  before the block is the original function and is not seen. Not a TorchFunctionMode: on
+  torch 2.13 an active mode plus a graph break inside a compiled transformers model makes
+  dynamo resume with wrong values (`tensor.device` read as a `torch.Size`; checked with a
+  bare pass-through mode on a tiny Llama), and the handler must break the graph;
 - `torch.nn.attention.flex_attention.flex_attention`, looked up through its module during the
   block (a name imported with `from ... import flex_attention` before the block is the
   original function and is not seen; HF's flex path is seen through the registry).
@@ -25,11 +29,11 @@ break) when dynamo may break the graph; under `fullgraph=True` (or `error_on_gra
 where a break would fail the user's compile, the call passes through unchecked and is counted
 in `UNCHECKED_COMPILED` so the block can say so once.
 
-A caveat that comes from torch itself: while any TorchFunctionMode is active,
-`nn.MultiheadAttention` does not take its eval fast path (`torch._native_multi_head_attention`;
-its check `has_torch_function` is true under a mode), so inside `capture`/`guard` a module in
-eval + no_grad runs the regular path instead (which returns zeros, not NaN, for fully-masked
-rows on torch 2.13). `replay` still runs the recorded call on the fast path.
+nn.MultiheadAttention's eval fast path (`torch._native_multi_head_attention`) never calls
+`F.multi_head_attention_forward`, so the block turns it off
+(`torch.backends.mha.set_fastpath_enabled(False)`, restored on exit): inside `capture`/`guard`
+a module in eval + no_grad runs the regular path instead (which returns zeros, not NaN, for
+fully-masked rows on torch 2.13). `replay` still runs the recorded call on the fast path.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from maskcheck.attention.call import AttentionCall
 from maskcheck.errors import MaskcheckError
@@ -184,6 +187,17 @@ def hf_call(impl: str, module: Any, query: Any, key: Any, value: Any, mask: Any,
                          _aliases(query, key, value))
 
 
+def _restorer(owner: Any, attr: str, value: Any) -> Callable[[], None]:
+    def restore() -> None:
+        setattr(owner, attr, value)
+
+    return restore
+
+
+def attr_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__name__", "attention"))
+
+
 def _is_block_mask(obj: Any) -> bool:
     return type(obj).__name__ == "BlockMask" and hasattr(obj, "kv_indices")
 
@@ -226,21 +240,6 @@ def _compiling() -> bool:
 # ------------------------------------------------------------------------- the layer
 
 
-class _Mode(TorchFunctionMode):
-    def __init__(self, owner: Interceptor) -> None:
-        super().__init__()
-        self.owner = owner
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        if not is_attention(func) or self.owner.depth:
-            return func(*args, **kwargs)
-        impl = "sdpa" if func is _SDPA else "mha"
-        return self.owner.dispatch(impl, None, lambda: func(*args, **kwargs),
-                                   lambda: (to_call(func, args, kwargs), None, {}))
-
-
 class Interceptor:
     """Calls `handler(seen, run)` for every attention call in the block; it must call run()."""
 
@@ -251,21 +250,24 @@ class Interceptor:
         self.per_module: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._roots: dict[int, tuple[Any, dict[int, str]]] = {}
-        self._mode = _Mode(self)
         self._restore: list[Callable[[], None]] = []
         self._unchecked_at_entry = 0
 
     # ---------------------------------------------------------------- enter / exit
     def __enter__(self) -> Interceptor:
         self._unchecked_at_entry = len(UNCHECKED_COMPILED)
+        self._patch_functional()
         self._patch_registry()
         self._patch_flex()
-        self._mode.__enter__()  # type: ignore[no-untyped-call]
+        # nn.MultiheadAttention's (and TransformerEncoderLayer's) eval fast path runs a fused
+        # kernel that never calls F.multi_head_attention_forward: off inside the block.
+        fastpath = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)
+        self._restore.append(lambda: torch.backends.mha.set_fastpath_enabled(fastpath))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._mode.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
         while self._restore:
             self._restore.pop()()
         self._roots.clear()
@@ -277,6 +279,28 @@ class Interceptor:
         if self._unchecked_at_entry == 0:
             UNCHECKED_COMPILED.clear()
         return max(n, 0)
+
+    def _patch_functional(self) -> None:
+        interceptor = self
+        for attr, impl, original in (("scaled_dot_product_attention", "sdpa", _SDPA),
+                                     ("multi_head_attention_forward", "mha", _MHA_F)):
+            current = getattr(F, attr)
+            interceptor._restore.append(_restorer(F, attr, current))
+            setattr(F, attr, self._functional_wrapper(impl, original, current))
+
+    def _functional_wrapper(self, impl: str, original: Callable[..., Any],
+                            current: Callable[..., Any]) -> Callable[..., Any]:
+        interceptor = self
+
+        def attention(*args: Any, **kwargs: Any) -> Any:
+            if interceptor.depth:
+                return current(*args, **kwargs)
+            return interceptor.dispatch(impl, None, lambda: current(*args, **kwargs),
+                                        lambda: (to_call(original, args, kwargs), None, {}))
+
+        attention.__name__ = attention.__qualname__ = attr_name(original)
+        attention.__doc__ = original.__doc__
+        return attention
 
     def _patch_registry(self) -> None:
         mu = sys.modules.get("transformers.modeling_utils")
@@ -382,6 +406,8 @@ class Interceptor:
             table = (root, {id(m): n for n, m in root.named_modules()})
             self._roots[id(root)] = table
         name = table[1].get(id(module))
+        if name is not None:  # torch.compile's OptimizedModule holds the model as _orig_mod
+            name = ".".join(p for p in name.split(".") if p != "_orig_mod")
         if name is None:
             name = type(module).__name__
         elif name == "":
