@@ -283,7 +283,7 @@ class guard:
 
 
 def _warn(text: str) -> None:
-    warnings.warn(text, MaskcheckWarning, stacklevel=3)
+    warnings.warn(text, MaskcheckWarning, stacklevel=4)  # _summarise, __exit__, the with
 
 
 def _hidden_of(seen: SeenCall) -> torch.Tensor:
@@ -321,6 +321,8 @@ def _real_row_findings(seen: SeenCall, hidden: torch.Tensor,
     bad_kv = ~torch.isfinite(k.detach()).all(-1) | ~torch.isfinite(v.detach()).all(-1)
     if call.api == "mha":
         bad_kv = bad_kv.unsqueeze(1)
+    elif bad_kv.dim() >= 3 and bad_kv.shape[-2] != hidden.shape[-3]:
+        bad_kv = bad_kv.any(-2, keepdim=True)  # GQA: fewer key/value heads than query heads
     try:
         hidden_keys = hidden.any(-2)
         if bool((bad_kv.expand(hidden_keys.shape) & hidden_keys).any()):
