@@ -117,6 +117,8 @@ class ApiSpec:
     # Legal layouts, as tuples of axis names (N batch, H heads, NH batch*heads, L queries,
     # S keys, 1 broadcast). Float masks are added to the scores by every API here.
     layouts: tuple[tuple[str, ...], ...]
+    # The call takes is_causal=True in place of a dense causal mask (MC050 is actionable).
+    has_is_causal: bool = False
 
     @property
     def ranks(self) -> set[int]:
@@ -126,11 +128,11 @@ class ApiSpec:
 APIS: dict[str, ApiSpec] = {
     "mha": ApiSpec(
         "mha", "nn.MultiheadAttention", "bool-true-masked", None,
-        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S"))),
+        (("N", "S"), ("S",), ("L", "S"), ("NH", "L", "S")), has_is_causal=True),
     "sdpa": ApiSpec(
         "sdpa", "F.scaled_dot_product_attention", "bool-true-keep", None,
         (("L", "S"), ("N", "H", "L", "S"), ("N", "1", "L", "S"), ("N", "1", "1", "S"),
-         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S"), ("S",))),
+         ("1", "1", "L", "S"), ("H", "L", "S"), ("1", "L", "S"), ("S",)), has_is_causal=True),
     "hf": ApiSpec(
         "hf", "Hugging Face attention_mask", "bool-true-keep", "int-one-keep",
         (("N", "S"), ("N", "1", "L", "S"))),
@@ -172,6 +174,19 @@ NAME_HINTS: tuple[NameHint, ...] = (
     NameHint("*visible*", "auto", "unknown", _KEEP, "int-one-keep"),
     NameHint("block_mask", "flex", "attn_mask", _KEEP, None),
 )
+
+
+# Integer tensors with these names hold ids, types or positions, whatever their values (packed
+# position_ids 0,1,0,1 and token_type_ids 0/1 look like masks): fnmatch on the lower-cased
+# last dotted component.
+NOT_MASK_INT_NAMES = ("*_ids", "*_id", "ids", "*token_type*", "*position*", "*segment*",
+                      "labels", "*_labels", "*cache_position*", "*_index", "*_indices",
+                      "*seq_len*", "*lengths")
+
+
+def int_not_a_mask_name(name: str) -> bool:
+    leaf = name.rsplit(".", 1)[-1].lower()
+    return any(fnmatch.fnmatchcase(leaf, p) for p in NOT_MASK_INT_NAMES)
 
 
 def name_hint(name: str) -> NameHint | None:

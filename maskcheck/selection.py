@@ -32,6 +32,16 @@ def expand(selector: str, *, origin: str = "the command line") -> set[str]:
     return matched
 
 
+def _selected(selector: str, origin: str) -> set[str]:
+    """expand(), less opt-in rules unless the selector names them (code, name) or is ALL."""
+    codes = expand(selector, origin=origin)
+    sel = selector.strip()
+    if sel.upper() == "ALL" or len(codes) == 1:
+        return codes
+    opt_in = {r.code for r in all_rules() if r.opt_in}
+    return codes - opt_in
+
+
 @dataclass(frozen=True)
 class Selection:
     enabled: frozenset[str]
@@ -46,11 +56,11 @@ class Selection:
         origin: str = "the command line",
     ) -> Selection:
         sel = split_codes(select)
-        codes = set().union(*(expand(s, origin=origin) for s in sel)) if sel else {
-            r.code for r in all_rules()
+        codes = set().union(*(_selected(s, origin) for s in sel)) if sel else {
+            r.code for r in all_rules() if not r.opt_in
         }
         for s in split_codes(extend_select):
-            codes |= expand(s, origin=origin)
+            codes |= _selected(s, origin)
         for s in split_codes(ignore):
             codes -= expand(s, origin=origin)
         return cls(frozenset(codes))

@@ -22,12 +22,27 @@ def analyze_source(
     query_dtype: str | None = None,
     selection: Selection | None = None,
     block_rows: int | None = None,
+    real_keys: Any = None,
 ) -> TensorReport:
-    """Summarise one tensor in row blocks, infer what it is and run the mask rules."""
+    """Summarise one tensor in row blocks, infer what it is and run the mask rules.
+
+    `real_keys`: optional (N, S) bool array, True = real token (an HF attention_mask, or
+    ~key_padding_mask) of the same call: its pad positions are pad queries (info, not error).
+    """
     from maskcheck.analysis.pipeline import analyze_source as _impl
 
     return _impl(source, api=api, query_dtype=query_dtype, selection=selection,
-                 block_rows=block_rows)
+                 block_rows=block_rows, real_keys=_as_bool_array(real_keys))
+
+
+def _as_bool_array(x: Any) -> Any:
+    if x is None:
+        return None
+    import numpy as np
+
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x).astype(bool)
 
 
 def analyze(
@@ -37,10 +52,11 @@ def analyze(
     name: str = "mask",
     query_dtype: str | None = None,
     selection: Selection | None = None,
+    real_keys: Any = None,
 ) -> TensorReport:
-    """Analyse a numpy array or a torch tensor (any device)."""
+    """Analyse a numpy array or a torch tensor (any device); `real_keys` as in analyze_source."""
     return analyze_source(as_source(tensor, name), api=api, query_dtype=query_dtype,
-                          selection=selection)
+                          selection=selection, real_keys=real_keys)
 
 
 def as_source(tensor: Any, name: str) -> TensorSource:

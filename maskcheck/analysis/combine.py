@@ -24,7 +24,9 @@ def _kept(source: TensorSource, report: TensorReport) -> np.ndarray | None:
         return None
     rows = int(np.prod(source.shape[:-1])) if len(source.shape) > 1 else 1
     data = source.read_rows(0, rows).reshape(source.shape)
-    nz = data.astype(bool) if data.dtype == np.bool_ else data != 0
+    from maskcheck.analysis.pipeline import nonzero_flags
+
+    nz = nonzero_flags(data, "bias" in report.params)
     return nz if means == "keep" else ~nz
 
 
@@ -60,13 +62,13 @@ def padding_with_attn_mask(
             fresh = empty & ~np.broadcast_to(alone, empty.shape)
             L = ak.shape[2]
             # In self-attention (L == S) a query at a padded position is a pad token: its
-            # empty row is expected (warning); a real token's empty row is an error.
+            # empty row is expected (info, analysis.padquery); a real token's is an error.
             padded_query = np.zeros_like(fresh)
             if s_len == L:
                 padded_query |= ~pk[:, None, :]
             for rows, severity, what in (
                 (fresh & ~padded_query, info.severity, "query row(s) of real tokens"),
-                (fresh & padded_query, Severity.WARNING, "padded query row(s)"),
+                (fresh & padded_query, Severity.INFO, "pad query row(s)"),
             ):
                 new = np.argwhere(rows)
                 if not new.size:

@@ -21,11 +21,13 @@ from maskcheck.analysis.patterns import (
 )
 from maskcheck.analysis.summary import MaskSummary
 from maskcheck.conventions import (
+    ADDITIVE_MASKED_BELOW,
     APIS,
     CONVENTIONS,
     FINFO_MIN,
     MASK_MAX_DISTINCT,
     WEAK_MASK_MAGNITUDE,
+    int_not_a_mask_name,
     is_bool,
     is_float,
     is_int,
@@ -50,6 +52,7 @@ class Reading:
     units: list[MatrixPattern]  # one per matrix (or per row for padding masks)
     unit_rows: int  # rows per unit
     score: float = 0.0
+    split: bool = False  # read on the masked/kept split of a float mask with a bias
     tags: list[str] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
 
@@ -75,9 +78,14 @@ class Inference:
     inverted: bool = False  # values contradict expected strongly (MC010)
     masked_values: list[float] = field(default_factory=list)
     padding_role: bool = False
+    # Per flat row: the query is a pad position (analysis.padquery); None when not decided
+    # (padding-role masks, no reading).
+    pad_queries: np.ndarray | None = None
 
 
-def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
+def infer(s: MaskSummary, *, api: str = "auto", real_keys: np.ndarray | None = None) -> Inference:
+    """`real_keys`: an optional companion (N, S) bool, True = real token, from the same call
+    or file (the key padding / HF attention mask): its pad positions are pad queries."""
     hint = name_hint(s.name)
     declared = api if api != "auto" else None
     eff_api = declared or (hint.api if hint and hint.api != "auto" else "auto")
@@ -89,19 +97,16 @@ def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
     evidence.append(why)
     if kind == "not-a-mask":
         return Inference("not-a-mask", 0.9, "unknown", [], {}, evidence, eff_api, kind)
-    if kind == "bias":
-        # Rows of a bias hold many values; which keys are hidden is not a zero/nonzero split,
-        # so no row pattern or row rule applies.
-        evidence.append("rows are not analysed for a pattern")
-        role: Role = "attn_mask" if len(s.shape) in (2, 3, 4) else "unknown"
-        return Inference("additive", 0.6, role, ["custom"], {}, evidence, eff_api, kind,
-                         masked_values=masked_values)
-
+    split = kind == "bias"
+    if split:
+        # A float mask with a bias (ALiBi, relative positions, kept = +1, Longformer's
+        # +finfo.max globals): masked = at or below ADDITIVE_MASKED_BELOW, kept = the rest.
+        kind = "additive"
     padding_role = _is_padding_layout(s, hint.role if hint else None, declared)
-    readings = _readings(s, kind, padding_role)
+    readings = _readings(s, kind, padding_role, split)
     if not padding_role and len(s.shape) == 2 and declared is None and not hint:
         # (N, S) or (L, S)? Padding rows that do not form a matrix pattern say (N, S).
-        as_rows = _readings(s, kind, True)
+        as_rows = _readings(s, kind, True, split)
         if _prefers_padding(readings, as_rows):
             padding_role, readings = True, as_rows
     role = _role(s, hint.role if hint else None, declared, padding_role)
@@ -116,18 +121,68 @@ def infer(s: MaskSummary, *, api: str = "auto") -> Inference:
         elif convention == expected:
             evidence.append(f"{expected_from} agrees: {expected}")
     tags, params = (chosen.tags, chosen.params) if chosen else ([], {})
+    if split:
+        params = {**params, "bias": _bias_range(s)}
+        evidence.append(_bias_words(s))
+    pad_queries = None
+    if chosen is not None and not padding_role and len(s.shape) >= 2:
+        pad_queries = _pad_queries(s, chosen, real_keys)
+        if pad_queries.any():
+            params = dict(params)
+            params["pad_queries"] = _pad_query_lists(s, pad_queries)
     return Inference(
         convention, confidence, role, tags, params, evidence, eff_api, kind,
         reading=chosen, other=other, expected=expected, expected_from=expected_from,
         inverted=inverted, masked_values=masked_values, padding_role=padding_role,
+        pad_queries=pad_queries,
     )
 
 
+def own_key_kept(s: MaskSummary, r: Reading) -> np.ndarray | None:
+    """Per flat row: does the query keep its own key (column i + S - L)? None if S < L."""
+    if s.cols < s.matrix_rows:
+        return None
+    d = s.diag_value
+    if r.split:
+        return np.asarray(d > ADDITIVE_MASKED_BELOW)
+    if r.nonzero_means == "keep":
+        kept: np.ndarray = (d != 0) & ~np.isnan(d)
+    else:
+        kept = d == 0
+    return kept
+
+
+def _pad_queries(s: MaskSummary, r: Reading, real_keys: np.ndarray | None) -> np.ndarray:
+    from maskcheck.analysis.padquery import pad_queries_from_summary
+
+    pad = pad_queries_from_summary(
+        own_key_kept(s, r), r.col_kept, s.matrices, s.matrix_rows, s.cols, s.shape, real_keys)
+    # A left-padded pattern's own empty rows (e.g. cross-attention, L != S) are pad queries.
+    for u, unit in enumerate(r.units):
+        if unit.core in PLAUSIBLE_CORES and unit.pad_left and unit.expected_empty.size:
+            sl = slice(u * r.unit_rows, (u + 1) * r.unit_rows)
+            pad[sl] |= unit.expected_empty
+    return pad
+
+
+def _pad_query_lists(s: MaskSummary, pad: np.ndarray) -> list[list[int]]:
+    """Pad query rows per matrix (batch x head), for the report; at most 64 matrices."""
+    L = s.matrix_rows
+    per = pad.reshape(-1, L)[:64]
+    return [np.flatnonzero(m).tolist() for m in per]
+
+
 def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
+    """binary | multiplicative | additive | bias (additive read on the masked/kept split) |
+    not-a-mask, the masked values, and why."""
     values = sorted(s.distinct)
     if is_bool(s.dtype):
         return "binary", [], "bool values"
     if is_int(s.dtype):
+        if int_not_a_mask_name(s.name):
+            return "not-a-mask", [], (
+                f"integer tensor named {s.name.rsplit('.', 1)[-1]!r}: ids, types or "
+                "positions, not a mask")
         if not s.distinct_overflow and set(values) <= {0.0, 1.0}:
             return "binary", [], "integer values in {0, 1}"
         return "not-a-mask", [], (
@@ -135,33 +190,31 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
             f"distinct, max {s.max_value:g}): token ids or indices, not a mask")
     if not is_float(s.dtype):
         return "not-a-mask", [], f"dtype {s.dtype} is not a mask dtype"
-    if s.distinct_overflow or len(values) > MASK_MAX_DISTINCT:
-        if s.neginf_count or s.finfo_min_count:
-            neg = [v for v in values if v == -math.inf or v == s.finfo_min]
-            return "bias", neg, (
-                "many distinct values with -inf/finfo.min entries: an additive bias with a mask")
-        return "not-a-mask", [], (
-            f"{'more than ' if s.distinct_overflow else ''}{len(values)} distinct float values "
-            f"in [{s.min_value:.3g}, {s.max_value:.3g}]: weights or activations, not a mask")
     if not values:  # all NaN
         return "additive", [], "every value is NaN"
+    many = s.distinct_overflow or len(values) > MASK_MAX_DISTINCT
+    strong = [v for v in values if v <= ADDITIVE_MASKED_BELOW]
+    if s.strong_count and s.split is not None:
+        return "bias", strong, (
+            f"float values {_fmt_values(values)}: additive, masked at or below "
+            f"{ADDITIVE_MASKED_BELOW:g}, kept keys carry a bias")
     vset = set(values)
-    if vset <= {0.0, 1.0}:
+    if not many and vset <= {0.0, 1.0}:
         if vset == {0.0}:
             return "additive", [], "float, every value 0: an additive mask that hides nothing"
         return "multiplicative", [], "float values in {0, 1}: a multiplicative (keep = 1) mask"
     negatives = [v for v in values if v < 0]
     positives = [v for v in values if v > 0]
-    small = [v for v in values if v != 0 and abs(v) < WEAK_MASK_MAGNITUDE]
-    strong = [v for v in negatives if v <= -WEAK_MASK_MAGNITUDE]
-    if len(small) >= 2 and strong:
-        return "bias", strong, (
-            f"float values {_fmt_values(values)}: an additive bias (ALiBi-style) beside masked "
-            "entries")
+    if s.split is not None and not s.strong_count and _bias_alone(s, negatives, positives,
+                                                                    many):
+        return "bias", [], (
+            f"float values {_fmt_values(values)}, none at or below "
+            f"{ADDITIVE_MASKED_BELOW:g}: a bias that masks nothing (relative position / ALiBi)")
+    if many:
+        return "not-a-mask", [], (
+            f"{'more than ' if s.distinct_overflow else ''}{len(values)} distinct float values "
+            f"in [{s.min_value:.3g}, {s.max_value:.3g}]: weights or activations, not a mask")
     if negatives and not positives:
-        if len(negatives) > 3 and all(v > -WEAK_MASK_MAGNITUDE for v in negatives):
-            return "not-a-mask", [], (
-                f"{len(values)} small non-positive values: a bias, not a mask")
         return "additive", negatives, (
             f"float values {_fmt_values(values)}: additive (0 = attend, negative = masked)")
     if positives and not negatives:
@@ -171,6 +224,39 @@ def _value_kind(s: MaskSummary) -> tuple[str, list[float], str]:
         return "additive", positives, (
             f"float values {_fmt_values(values)}: additive with large POSITIVE values")
     return "additive", negatives, f"float values {_fmt_values(values)}: additive, mixed signs"
+
+
+def _bias_alone(s: MaskSummary, negatives: list[float], positives: list[float],
+                many: bool) -> bool:
+    """Small values and nothing strongly masked: a bias (T5's relative positions, ALiBi) when
+    the values say so (both signs, or more than a few), not a weak mask nor weights."""
+    if s.max_value >= WEAK_MASK_MAGNITUDE:
+        return False  # large positives: a wrong-sign mask (MC011)
+    if many:
+        hint = s.name.rsplit(".", 1)[-1].lower()
+        return any(w in hint for w in ("bias", "mask", "alibi"))
+    if negatives and positives:
+        return True
+    return len(negatives) > 3
+
+
+def _bias_range(s: MaskSummary) -> dict[str, float]:
+    kept = [v for v in s.distinct if v > ADDITIVE_MASKED_BELOW and v != 0 and not math.isnan(v)]
+    lo = min(kept, default=0.0)
+    hi = s.max_value if s.max_value > ADDITIVE_MASKED_BELOW else max(kept, default=0.0)
+    return {"min": min(lo, 0.0) if 0.0 in s.distinct else lo, "max": hi}
+
+
+def _bias_words(s: MaskSummary) -> str:
+    r = _bias_range(s)
+    words = f"kept keys carry a bias in [{_fmt(r['min'])}, {_fmt(r['max'])}]"
+    fmax = -FINFO_MIN.get(s.dtype, -math.inf)
+    if r["max"] >= fmax or r["max"] == math.inf:
+        words += " (+finfo.max / +inf entries: global-attention keys, as Longformer marks them)"
+    elif set(s.distinct) - {0.0} and all(
+            v in (1.0,) for v in s.distinct if v > ADDITIVE_MASKED_BELOW and v != 0):
+        words += " (kept = 1: a multiplicative value in an additive mask, MC014)"
+    return words
 
 
 def _fmt_values(values: list[float]) -> str:
@@ -199,22 +285,24 @@ def _is_padding_layout(s: MaskSummary, hint_role: str | None, declared: str | No
     return False
 
 
-def _readings(s: MaskSummary, kind: str, padding_role: bool) -> list[Reading]:
+def _readings(s: MaskSummary, kind: str, padding_role: bool, split: bool) -> list[Reading]:
     if kind == "binary":
         return [_reading(s, "keep", padding_role), _reading(s, "masked", padding_role)]
     if kind == "multiplicative":
         return [_reading(s, "keep", padding_role)]
-    return [_reading(s, "masked", padding_role)]
+    return [_reading(s, "masked", padding_role, split=split)]
 
 
-def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool) -> Reading:
+def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool, *,
+             split: bool = False) -> Reading:
     S = s.cols
+    flags = s.split if split and s.split is not None else s
     if nonzero_means == "keep":
-        count, first, last = s.nz_count, s.first_nz, s.last_nz
-        col_any = s.col_any_nz
+        count, first, last = flags.nz_count, flags.first_nz, flags.last_nz
+        col_any = flags.col_any_nz
     else:
-        count, first, last = S - s.nz_count, s.first_z, s.last_z
-        col_any = ~s.col_all_nz
+        count, first, last = S - flags.nz_count, flags.first_z, flags.last_z
+        col_any = ~flags.col_all_nz
     if padding_role or s.matrix_rows == 1:
         # Each row is one sequence's padding mask: classify rows one by one.
         units_first = first.reshape(-1, 1)
@@ -229,7 +317,8 @@ def _reading(s: MaskSummary, nonzero_means: str, padding_role: bool) -> Reading:
     for u in range(n_units):
         sl = slice(u * unit_rows, (u + 1) * unit_rows)
         units.append(classify(first[sl], last[sl], count[sl], col_kept[u]))
-    r = Reading(nonzero_means, count, first, last, col_kept, units, unit_rows)
+    r = Reading(nonzero_means, count, first, last, col_kept, units, unit_rows,
+                split=flags is not s)
     r.tags, r.params = _tags(r, s)
     r.score = _score(r)
     return r
@@ -253,14 +342,22 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     tags: list[str] = []
     left = [u.pad_left for u in r.units]
     right = [u.pad_right for u in r.units]
+    # Named parts of a custom mask (bidirectional blocks inside a causal one) in every unit.
+    named = core == "custom" and all(u.core == "empty" or "bidirectional_blocks" in u.params
+                                     for u in r.units)
     if core == "custom":
         tags.append("custom")
+        if named:
+            tags.append("causal")
     elif core != "full":
         tags.append(core)
     for u in r.units:
         for k, v in u.params.items():
             params.setdefault(k, v)
-    if core != "custom":
+    if core == "block-diagonal" and all(
+            u.params.get("causal_within_blocks") for u in r.units if u.core != "empty"):
+        tags.append("causal")  # packed documents or chunks (Llama4), causal inside each
+    if core != "custom" or named:
         if any(left):
             tags.append("padding-left")
         if any(right):
@@ -391,6 +488,7 @@ def _decide(
     keep, masked = readings
     if is_int(s.dtype):
         keep.score += 0.5  # integer masks are overwhelmingly HF/Keras style, 1 = keep
+    _structure_signals(s, keep, masked, evidence)
     best, worse = (keep, masked) if keep.score >= masked.score else (masked, keep)
     margin = best.score - worse.score
     strong = margin >= STRONG_MARGIN and best.score >= 2.5
@@ -414,6 +512,45 @@ def _decide(
     if not strong:
         evidence.append(_structure_words(best, s))
     return best, worse, value_conv, conf, False
+
+
+# Weights of the structural polarity signals (issue 9, step 4).
+OWN_KEY_BONUS = 1.0
+LAYOUT_4D_BONUS = 0.5
+CAUSAL_BONUS = 0.5
+
+
+def _structure_signals(
+    s: MaskSummary, keep: Reading, masked: Reading, evidence: list[str]
+) -> None:
+    """Signals beyond the pattern: every real query keeps its own key in a self-attention
+    mask (causal, windows, sinks, strided, image blocks all do), and a 4-D bool mask is in
+    SDPA/HF/FlexAttention's layout (MHA takes no 4-D mask), where True = keep."""
+    if s.matrix_rows > 1 and s.cols == s.matrix_rows:
+        ok = {id(r): _keeps_own_keys(s, r) for r in (keep, masked)}
+        if ok[id(keep)] != ok[id(masked)]:
+            best = keep if ok[id(keep)] else masked
+            best.score += OWN_KEY_BONUS
+            what = "True" if is_bool(s.dtype) else "1"
+            means = "kept" if best.nonzero_means == "keep" else "masked"
+            evidence.append(f"read with {what} = {means}, every query that attends keeps its "
+                            "own key")
+    if len(s.shape) == 4 and is_bool(s.dtype):
+        keep.score += LAYOUT_4D_BONUS
+    if s.matrix_rows > 1 and s.cols != s.matrix_rows:
+        # L != S: a triangle reads as causal one way and as a wide window the other; causal
+        # (SDPA's is_causal, KV-cache decoding) is by far the more common mask.
+        for r in (keep, masked):
+            if r.cores - {"empty"} <= {"causal", "causal-lower-right"} and r.cores - {"empty"}:
+                r.score += CAUSAL_BONUS
+
+
+def _keeps_own_keys(s: MaskSummary, r: Reading) -> bool:
+    own = own_key_kept(s, r)
+    if own is None:
+        return False
+    attends = r.kept_count > 0
+    return bool(attends.any() and np.all(own[attends]))
 
 
 def _structure_words(r: Reading, s: MaskSummary) -> str:

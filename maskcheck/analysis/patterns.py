@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # Cores a correct mask may have, and ones that are always a mistake.
-PLAUSIBLE_CORES = ("full", "causal", "causal-lower-right", "sliding-window", "block-diagonal")
+PLAUSIBLE_CORES = ("full", "causal", "causal-lower-right", "sliding-window", "block-diagonal",
+                   "prefix-lm")
 SUSPECT_CORES = ("anti-causal", "causal-diagonal-masked")
 
 
@@ -66,6 +67,18 @@ def classify(
     block = _block_diagonal(first, last, count, L, S)
     if block is not None:
         return MatrixPattern("block-diagonal", params=block)
+    if L == S and (lo, hi) != (0, S - 1):
+        # Packed or chunked sequences with padding: blocks over the real square only; pad
+        # query rows outside it keep real keys only (col_kept) or nothing.
+        sub = slice(lo, hi + 1)
+        block = _block_diagonal(first[sub] - lo, last[sub] - lo, count[sub], hi - lo + 1,
+                                hi - lo + 1)
+        if block is not None:
+            empty = count == 0
+            return MatrixPattern("block-diagonal", lo, S - 1 - hi, block, expected_empty=empty)
+    parts = _bidirectional_blocks(first, last, count, lo, hi) if L == S else None
+    if parts is not None:
+        return MatrixPattern("custom", lo, S - 1 - hi, parts, expected_empty=count == 0)
     return MatrixPattern("custom")
 
 
@@ -84,6 +97,10 @@ def _cores(
         out.append(("causal-lower-right", lambda r: (lo_arr, r + d), {}))
     out.append(("anti-causal", lambda r: (r, hi_arr), {}))
     out.append(("causal-diagonal-masked", lambda r: (lo_arr, r - 1), {}))
+    prefix = _prefix_end(first, last, count, rows, plo)
+    if prefix is not None:
+        out.append(("prefix-lm", lambda r: (lo_arr, np.maximum(r, prefix)),
+                    {"prefix": prefix + 1}))
     for off in (0, d) if d != 0 else (0,):
         window = _window(first, last, count, rows, off, plo, phi)
         if window is not None:
@@ -95,6 +112,21 @@ def _cores(
                  "aligned": "lower-right" if off else "upper-left"},
             ))
     return out
+
+
+def _prefix_end(
+    first: np.ndarray, last: np.ndarray, count: np.ndarray, rows: np.ndarray, plo: int
+) -> int | None:
+    """Prefix-LM (PaliGemma): the first real query keeps a bidirectional prefix [plo, end];
+    its end, if the first real row sees beyond itself and later rows are causal."""
+    has = np.flatnonzero(count > 0)
+    if has.size < 2:
+        return None
+    r0 = int(has[0])
+    end = int(last[r0])
+    if end <= r0 or end >= int(rows[-1]):
+        return None
+    return end
 
 
 def _window_expect(a: int, b: int, off: int) -> Expect:
@@ -112,11 +144,13 @@ def _window(
     if not has.any():
         return None
     centre = rows + off
+    # Rows clipped by padding (a window past the last real key) keep less on one side; the
+    # widest row on each side gives the window, and classify() checks every row against it.
     back = centre[has] - first[has]
     fwd = last[has] - centre[has]
-    if back.min() < 0 or fwd.min() < 0:
-        return None
     a, b = int(back.max()), int(fwd.max())
+    if b < 0:
+        return None
     if a < 1:  # a window that looks only ahead is anti-causal, not a sliding window
         return None
     # A window must actually cut something off; otherwise it is causal or full.
@@ -152,7 +186,8 @@ def _block_diagonal(
                 j += 1
             block_end = j - 1
         else:
-            causal_within = False
+            if end > i:  # a one-row block is causal and full alike
+                causal_within = False
             if end < i:
                 return None
             for j in range(i, end + 1):
@@ -170,3 +205,36 @@ def _block_diagonal(
     if causal_within:
         params["causal_within_blocks"] = True
     return params
+
+
+def _bidirectional_blocks(
+    first: np.ndarray, last: np.ndarray, count: np.ndarray, lo: int, hi: int
+) -> dict[str, object] | None:
+    """Causal with bidirectional blocks (image tokens of Gemma3 / PaliGemma-style models): every
+    real row keeps [lo, max(row, end of its block)]; the blocks, if that is the shape."""
+    has = np.flatnonzero(count > 0)
+    has = has[has <= hi]  # right-padding pad queries keep real keys only
+    if has.size < 2 or np.any(first[has] != lo):
+        return None
+    ends = last[has]
+    if np.any(ends < has) or np.any(ends > hi):
+        return None
+    blocks: list[list[int]] = []
+    causal_rows = 0
+    i = 0
+    while i < has.size:
+        r, e = int(has[i]), int(ends[i])
+        if e == r:
+            causal_rows += 1
+            i += 1
+            continue
+        j = i
+        while j < has.size and int(has[j]) <= e:
+            if int(ends[j]) != e:
+                return None
+            j += 1
+        blocks.append([r, e])
+        i = j
+    if not blocks or not causal_rows:  # no causal row: a padded full mask, not blocks
+        return None
+    return {"causal": True, "bidirectional_blocks": blocks[:20]}

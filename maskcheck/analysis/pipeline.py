@@ -11,10 +11,10 @@ import numpy as np
 from maskcheck.analysis.combine import padding_with_attn_mask
 from maskcheck.analysis.infer import Inference, infer
 from maskcheck.analysis.summary import MaskSummary, summarize
-from maskcheck.conventions import CONVENTIONS
+from maskcheck.conventions import ADDITIVE_MASKED_BELOW, CONVENTIONS
 from maskcheck.errors import FileProblem
 from maskcheck.io.base import TensorSource, element_size, rows_cols
-from maskcheck.model import FileReport, Report, TensorReport
+from maskcheck.model import FileReport, Report, Severity, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
 from maskcheck.selection import Selection
 
@@ -29,9 +29,13 @@ def analyze_source(
     selection: Selection | None = None,
     block_rows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    real_keys: np.ndarray | None = None,
 ) -> TensorReport:
+    """`real_keys`: optional (N, S) bool, True = real token, from the same call (see
+    analysis.padquery): its pad positions are pad queries, whose empty rows are info."""
     summary = summarize(source, block_rows, progress=progress)
-    report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection)
+    report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection,
+                                 real_keys=real_keys)
     _preview_worst_matrix(report, source, summary)
     return report
 
@@ -60,7 +64,7 @@ def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSum
     for start in range(0, L, step):
         stop = min(L, start + step)
         block = source.read_rows(matrix * L + start, matrix * L + stop)
-        nz = block if block.dtype == np.bool_ else block != 0
+        nz = nonzero_flags(block, "bias" in report.params)
         padded = np.zeros((stop - start, grid.shape[1] * cell_c), bool)
         padded[:, :S] = nz
         per_cell = padded.reshape(stop - start, grid.shape[1], cell_c).sum(axis=2)
@@ -68,9 +72,22 @@ def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSum
     rows_in = np.minimum(cell_r, L - np.arange(grid.shape[0]) * cell_r)
     cols_in = np.minimum(cell_c, S - np.arange(grid.shape[1]) * cell_c)
     frac = grid / np.outer(rows_in, cols_in)
-    keep = CONVENTIONS[report.convention].nonzero_means != "masked"
+    keep = CONVENTIONS[report.convention].nonzero_means != "masked" and "bias" not in \
+        report.params
     report.preview = np.round(frac if keep else 1.0 - frac, 4).tolist()
     report.preview_origin = origin
+
+
+def nonzero_flags(block: np.ndarray, split: bool) -> np.ndarray:
+    """The flags a reading counts: nonzero, or on the masked/kept split of a mask with a bias
+    (report.params has "bias"), strongly masked (<= ADDITIVE_MASKED_BELOW, or NaN)."""
+    if block.dtype == np.bool_:
+        return block
+    if split:
+        wide = block.astype(np.float32) if block.dtype == np.float16 else block
+        out: np.ndarray = ~(wide > ADDITIVE_MASKED_BELOW)
+        return out
+    return np.asarray(block != 0)
 
 
 def report_from_summary(
@@ -79,10 +96,11 @@ def report_from_summary(
     api: str = "auto",
     query_dtype: str | None = None,
     selection: Selection | None = None,
+    real_keys: np.ndarray | None = None,
 ) -> TensorReport:
-    inference = infer(summary, api=api)
+    inference = infer(summary, api=api, real_keys=real_keys)
     ctx = MaskContext(summary, inference, None if api == "auto" else api, query_dtype)
-    allows = selection.allows if selection is not None else (lambda code: True)
+    allows = (selection or Selection.build()).allows
     findings = run_checks(ctx, allows) if inference.reading is not None else []
     report = TensorReport(
         name=summary.name,
@@ -113,7 +131,8 @@ def _masked_fraction(s: MaskSummary, inf: Inference) -> float | None:
 def _attach_preview(report: TensorReport, s: MaskSummary, inf: Inference) -> None:
     if inf.reading is None or s.preview_nz.size == 0:
         return
-    grid = s.preview_nz if inf.reading.nonzero_means == "keep" else 1.0 - s.preview_nz
+    flags = s.split if inf.reading.split and s.split is not None else s
+    grid = flags.preview_nz if inf.reading.nonzero_means == "keep" else 1.0 - flags.preview_nz
     report.preview = np.round(grid, 4).tolist()
     report.preview_scale = s.preview_scale
     report.preview_origin = tuple(0 for _ in s.shape[:-2])
@@ -155,9 +174,13 @@ def analyze_file(
                     source, api=file_api, query_dtype=query_dtype, selection=selection,
                     block_rows=block_rows, progress=on_rows))
                 done += rows_cols(source.shape)[0] * row_bytes
+            _with_companion_padding(loaded.tensors, report.tensors, file_api, query_dtype,
+                                    selection)
             if selection is None or selection.allows("MC002"):
                 report.findings.extend(
                     padding_with_attn_mask(loaded.tensors, report.tensors))
+            report.tensors.extend(_not_a_mask(name, shape, dtype, why)
+                                  for name, shape, dtype, why in loaded.not_masks)
         except (OSError, ValueError) as e:
             report.error = f"could not read tensor data: {e}"
         except FileProblem as e:
@@ -169,6 +192,52 @@ def analyze_file(
         # CONTRACT: a file that could not be read (wholly) reports no tensors.
         report.tensors, report.findings = [], []
     return report
+
+
+def _not_a_mask(name: str, shape: tuple[int, ...], dtype: str, why: str) -> TensorReport:
+    """A tensor no mask can be made of (complex, exotic dtype): listed, with its reason."""
+    return TensorReport(name=name, shape=shape, dtype=dtype, convention="not-a-mask",
+                        confidence=0.95, role="unknown", pattern=[], masked_fraction=None,
+                        evidence=[why])
+
+
+def _with_companion_padding(
+    sources: list[TensorSource], reports: list[TensorReport], api: str,
+    query_dtype: str | None, selection: Selection | None,
+) -> None:
+    """Re-read attention masks with empty real-query rows in the light of a padding mask of
+    the same file: its pad positions are pad queries (analysis.padquery)."""
+    pads = [(s, r) for s, r in zip(sources, reports, strict=True)
+            if r.role in ("key_padding_mask", "hf_attention_mask") and len(s.shape) == 2]
+    if not pads:
+        return
+    for i, (source, rep) in enumerate(zip(sources, reports, strict=True)):
+        if rep.summary is None or len(source.shape) < 3 or not any(
+                f.code == "MC002" and f.severity == Severity.ERROR for f in rep.findings):
+            continue
+        for ps, pr in pads:
+            real = companion_real_keys(ps, pr)
+            if real is None or real.shape[1] != source.shape[-1] or \
+                    source.shape[0] % real.shape[0]:
+                continue
+            fresh = report_from_summary(rep.summary, api=api, query_dtype=query_dtype,
+                                        selection=selection, real_keys=real)
+            _preview_worst_matrix(fresh, source, rep.summary)
+            fresh.evidence.append(f"pad queries also read from {pr.name!r}")
+            reports[i] = fresh
+            break
+
+
+def companion_real_keys(source: TensorSource, report: TensorReport) -> np.ndarray | None:
+    """(N, S) bool, True = real token, of a padding mask whose convention is known."""
+    means = CONVENTIONS[report.convention].nonzero_means
+    if means is None or any(f.code == "MC010" for f in report.findings):
+        return None
+    n = source.shape[0]
+    data = source.read_rows(0, n)
+    nz = nonzero_flags(data, "bias" in report.params)
+    out: np.ndarray = nz if means == "keep" else ~nz
+    return out
 
 
 Progress = Callable[[int, int], None]

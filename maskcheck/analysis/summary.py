@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from maskcheck.conventions import FINFO_MIN, MAX_DISTINCT, is_float
+from maskcheck.conventions import ADDITIVE_MASKED_BELOW, FINFO_MIN, MAX_DISTINCT, is_float
 from maskcheck.io.base import TensorSource, element_size, rows_cols
 
 BLOCK_BYTES = 16 * 1024 * 1024
@@ -79,6 +79,17 @@ class MaskSummary:
     # Fraction of nonzero elements per cell of matrix 0, cells of preview_scale elements.
     preview_nz: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     preview_scale: tuple[int, int] = (1, 1)
+    # Each query row's value at its own key: column i + S - L of row i (the diagonal when
+    # L == S, aligned to the last key otherwise); NaN where S < L. Pad queries are decided
+    # from it (analysis.padquery).
+    diag_value: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Elements at or below ADDITIVE_MASKED_BELOW (-inf included, NaN not).
+    strong_count: int = 0
+    # A float tensor that holds nonzero values above ADDITIVE_MASKED_BELOW (a bias, kept = +1,
+    # Longformer's +finfo.max) also gets its rows summarised on the "strongly masked" flags
+    # (value <= ADDITIVE_MASKED_BELOW, or NaN) in place of the nonzero flags: the mask/bias
+    # split. None when the two flag sets are the same element for element.
+    split: MaskSummary | None = None
 
     @property
     def size(self) -> int:
@@ -125,6 +136,7 @@ def summarize(
     s.col_any_nz = np.zeros((matrices, cols), bool)
     s.col_all_nz = np.ones((matrices, cols), bool)
     s.matrix_crc = np.zeros(matrices, np.uint32)
+    s.diag_value = np.full(rows, math.nan)
     cell_r = max(1, -(-matrix_rows // PREVIEW_MAX_ROWS))
     cell_c = max(1, -(-cols // PREVIEW_MAX_COLS))
     s.preview_scale = (cell_r, cell_c)
@@ -135,6 +147,7 @@ def summarize(
     step = block_rows or default_block_rows(source)
     big = rows * cols * element_size(source.dtype) > BLOCK_BYTES
     checksums = _Checksums(s, threaded=big and source.dtype != "bool")
+    split_preview: np.ndarray | None = None
     try:
         for start in range(0, rows, step):
             stop = min(rows, start + step)
@@ -151,9 +164,21 @@ def summarize(
                 nz = block
             else:
                 checksums.add(block, start)
-                nz = _values(s, block, start)
+                nz, strong = _values(s, block, start)
                 packed = np.packbits(nz, axis=1)
                 count = _row_popcount(packed)
+                if strong is not None and s.split is None:
+                    s.split, split_preview = _start_split(s, preview_counts)
+                if s.split is not None and split_preview is not None:
+                    if strong is None:  # same flags as nz in this block
+                        s_packed, s_count, s_flags = packed, count, nz
+                    else:
+                        s_flags = strong
+                        s_packed = np.packbits(strong, axis=1)
+                        s_count = _row_popcount(s_packed)
+                    _rows(s.split, s_packed, s_count, start)
+                    _matrices(s.split, s_packed, s_flags, start, split_preview)
+            _diagonal(s, block, start)
             _rows(s, packed, count, start)
             _matrices(s, packed, nz, start, preview_counts)
             if progress is not None:
@@ -162,7 +187,33 @@ def summarize(
         checksums.close()
     _pin_special_values(s)
     s.preview_nz = _preview_fraction(preview_counts, matrix_rows, cols, cell_r, cell_c)
+    if s.split is not None and split_preview is not None:
+        s.split.preview_nz = _preview_fraction(split_preview, matrix_rows, cols, cell_r, cell_c)
     return s
+
+
+def _start_split(s: MaskSummary, preview_counts: np.ndarray) -> tuple[MaskSummary, np.ndarray]:
+    """The split summary at the first block whose flags differ: every block before it had
+    the same flags on both sets, so the row and column records so far are copied."""
+    sp = MaskSummary(s.name, s.shape, s.dtype, s.rows, s.cols, s.matrices, s.matrix_rows)
+    sp.nz_count = s.nz_count.copy()
+    sp.first_nz = s.first_nz.copy()
+    sp.last_nz = s.last_nz.copy()
+    sp.first_z = s.first_z.copy()
+    sp.last_z = s.last_z.copy()
+    sp.col_any_nz = s.col_any_nz.copy()
+    sp.col_all_nz = s.col_all_nz.copy()
+    sp.preview_scale = s.preview_scale
+    return sp, preview_counts.copy()
+
+
+def _diagonal(s: MaskSummary, block: np.ndarray, start: int) -> None:
+    L, S = s.matrix_rows, s.cols
+    if S < L:
+        return
+    rows = np.arange(start, start + block.shape[0])
+    cols = rows % L + (S - L)
+    s.diag_value[start:start + block.shape[0]] = block[rows - start, cols].astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------- values
@@ -183,28 +234,50 @@ def _bool_values(s: MaskSummary, trues: int, size: int) -> None:
         s.max_value = max(s.max_value, 0.0)
 
 
-def _values(s: MaskSummary, block: np.ndarray, start: int) -> np.ndarray:
-    """Account a non-bool block's values; return its nonzero flags (NaN nonzero, -0.0 zero)."""
+def _values(s: MaskSummary, block: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Account a non-bool block's values; return its nonzero flags (NaN nonzero, -0.0 zero)
+    and, for a float block holding nonzero values above ADDITIVE_MASKED_BELOW, its strongly
+    masked flags (value <= ADDITIVE_MASKED_BELOW or NaN); None when those equal the nonzero
+    flags."""
     bits = block.view(_UINT[block.dtype.itemsize])
     found = _bit_patterns(bits)
+    floating = block.dtype.kind == "f"
     if found is None:
         _values_general(s, block, start)
-        if block.dtype.kind == "f":
+        if floating:
             sign = np.array(1, bits.dtype) << (8 * block.dtype.itemsize - 1)
             flags: np.ndarray = np.not_equal(bits & ~sign, 0)
+            wide = block.astype(np.float32) if block.dtype == np.float16 else block
+            strong = wide <= ADDITIVE_MASKED_BELOW
+            s.strong_count += int(np.count_nonzero(strong))
+            other = flags & ~strong
+            if s.nan_count:
+                other &= ~np.isnan(wide)
+            if other.any():
+                return flags, strong | (flags & ~(wide > ADDITIVE_MASKED_BELOW))
         else:
             flags = np.not_equal(bits, 0)
-        return flags
+        return flags, None
     patterns = np.array([p for p, _, _ in found], bits.dtype).view(block.dtype)
     entries = [(float(v), c, eq) for v, (_, c, eq) in zip(patterns.tolist(), found, strict=True)]
     _values_from_patterns(s, block, entries, start)
     nonzero = [eq for v, _, eq in entries if v != 0]  # NaN != 0 holds: NaN counts as nonzero
     if not nonzero:
-        return np.zeros(block.shape, bool)
+        return np.zeros(block.shape, bool), None
     nz: np.ndarray = nonzero[0]
     for eq in nonzero[1:]:
         nz = nz | eq
-    return nz
+    if not floating:
+        return nz, None
+    s.strong_count += sum(c for v, c, _ in entries if v <= ADDITIVE_MASKED_BELOW)
+    weak = [v for v, _, _ in entries if v != 0 and v > ADDITIVE_MASKED_BELOW]
+    if not weak:
+        return nz, None
+    masked = [eq for v, _, eq in entries if not v > ADDITIVE_MASKED_BELOW]  # NaN included
+    strong_flags = np.zeros(block.shape, bool)
+    for eq in masked:
+        strong_flags |= eq
+    return nz, strong_flags
 
 
 def _bit_patterns(bits: np.ndarray) -> list[tuple[int, int, np.ndarray]] | None:

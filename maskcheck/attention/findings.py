@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from maskcheck.attention.call import AttentionCall, sdpa_reference
 from maskcheck.attention.paths import TOLERANCE, PathResult, PathsResult
-from maskcheck.model import Finding, Index
+from maskcheck.model import Finding, Index, Severity
 from maskcheck.rules.registry import get_rule
 from maskcheck.selection import Selection
 
@@ -58,17 +59,47 @@ def _outcomes(result: PathsResult, rows: list[Index]) -> dict[str, list[str]]:
 def _empty_rows(result: PathsResult) -> list[Finding]:
     if result.ref is None:
         return []
-    rows = [tuple(int(x) for x in r) for r in torch.nonzero(result.ref.empty.cpu()).tolist()]
+    empty = result.ref.empty.cpu()
+    rows = [tuple(int(x) for x in r) for r in torch.nonzero(empty).tolist()]
     if not rows:
         return []
-    outcomes = _outcomes(result, rows)
-    said = "; ".join(f"{_WORDS.get(c, c)} on {', '.join(ps)}" for c, ps in outcomes.items())
+    pad = _pad_queries(result, tuple(empty.shape))
     unit = "rows (batch, row)" if result.call.api == "mha" else "rows"
-    return [_finding(
-        "MC002",
-        f"{len(rows)} query {unit} have no key to attend: {_fmt_rows(rows)}. "
-        f"What this torch made of them: {said or 'every path refused the call'}.",
-        rows)]
+    out: list[Finding] = []
+    for group, padded in (([r for r in rows if not pad[r]], False),
+                          ([r for r in rows if pad[r]], True)):
+        if not group:
+            continue
+        outcomes = _outcomes(result, group)
+        said = "; ".join(f"{_WORDS.get(c, c)} on {', '.join(ps)}" for c, ps in outcomes.items())
+        what = (f"pad query {unit} (padding positions, outputs discarded) attend to nothing"
+                if padded else f"query {unit} have no key to attend")
+        f = _finding(
+            "MC002",
+            f"{len(group)} {what}: {_fmt_rows(group)}. "
+            f"What this torch made of them: {said or 'every path refused the call'}.",
+            group)
+        out.append(replace(f, severity=Severity.INFO) if padded else f)
+    return out
+
+
+def _pad_queries(result: PathsResult, shape: tuple[int, ...]) -> np.ndarray:
+    """Pad query positions over the empty-row grid (analysis.padquery, the one verdict)."""
+    from maskcheck.analysis.padquery import pad_query_rows
+
+    assert result.ref is not None
+    kept = ~result.ref.hidden.cpu().numpy()
+    call = result.call
+    real = None
+    if call.key_padding_mask is not None and call.key_padding_mask.dim() == 2:
+        kpm = call.key_padding_mask.detach().cpu()
+        real = (~kpm if kpm.dtype == torch.bool else kpm.to(torch.float64) == 0).numpy()
+    pad = pad_query_rows(kept, real)
+    if pad.shape != shape and pad.ndim == len(shape) + 1:
+        pad = np.asarray(pad.all(axis=1))  # MHA: (N, H, L) -> (N, L), a pad position in every head
+    if pad.shape != shape:
+        return np.zeros(shape, bool)
+    return pad
 
 
 def _causal_with_mask(result: PathsResult) -> list[Finding]:

@@ -80,6 +80,9 @@ class LoadedFile:
     tensor_errors: list[tuple[str, str]] = field(default_factory=list)
     # (name, why) of entries that were skipped on purpose (non-tensors in a .pt file).
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # (name, shape, dtype, why) of tensors whose dtype cannot hold a mask (complex RoPE
+    # tables, exotic floats): reported as not-a-mask, never silently dropped.
+    not_masks: list[tuple[str, tuple[int, ...], str, str]] = field(default_factory=list)
 
     def close(self) -> None:
         for t in self.tensors:

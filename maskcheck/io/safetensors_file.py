@@ -76,7 +76,10 @@ def _load(raw: RawFile, keys: Sequence[str] | None) -> LoadedFile:
             loaded.tensors.append(
                 MappedSource(name, e.shape, dtype, storage, raw, data_start + e.begin))
         elif e.code in SAFETENSORS_NON_MASK_DTYPES:
-            loaded.skipped.append((name, f"dtype {e.code} cannot hold a mask"))
+            why = f"dtype {e.code} cannot hold a mask"
+            loaded.skipped.append((name, why))
+            dtype = {"C64": "complex64", "C128": "complex128"}.get(e.code, e.code.lower())
+            loaded.not_masks.append((name, tuple(e.shape), dtype, why))
         else:
             loaded.tensor_errors.append((name, f"unknown safetensors dtype {quote(e.code)}"))
     if not loaded.tensors:

@@ -102,6 +102,8 @@ def open_torch(path: str, keys: Sequence[str] | None = None) -> LoadedFile:
         why = _unsupported(value)
         if why is not None:
             loaded.skipped.append((name, why))
+            if why.startswith("dtype "):
+                loaded.not_masks.append((name, tuple(value.shape), _dtype_name(value), why))
         else:
             found.setdefault(name, value)
     for name in select_names(path, list(found), keys):

@@ -118,10 +118,14 @@ register(RuleInfo(
     "finfo.min is the safest masked value for an eager softmax (no NaN), but it leaves no room: "
     "finfo.min + finfo.min = -inf in fp16, bf16 and fp32. Summing a causal and a padding mask "
     "built this way brings -inf back and, in fully masked rows, NaN (huggingface/transformers "
-    "#27114, NVIDIA-NeMo/Automodel#2658).",
+    "#27114, NVIDIA-NeMo/Automodel#2658).\n\n"
+    "Opt-in: every correct Hugging Face eager mask holds finfo.min, so this rule runs only when "
+    "asked for by code, name or ALL (--select MC021, --select ALL, extend-select in "
+    "pyproject.toml). MC023 reports the overflow itself whenever it has happened.",
     "mask = causal_min + padding_min            # both filled with finfo.min",
     "mask = torch.where(causal_bool | pad_bool, torch.finfo(dtype).min, 0.0)",
     "combine bool masks with | and convert once, or clamp(min=finfo.min) after adding",
+    opt_in=True,
 ))
 register(RuleInfo(
     "MC022", "dtype-mismatch", W, "mask",

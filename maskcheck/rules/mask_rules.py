@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from maskcheck import conventions as cv
 from maskcheck.analysis.infer import Inference, Reading
-from maskcheck.analysis.patterns import PLAUSIBLE_CORES
 from maskcheck.analysis.summary import MAX_SAMPLE, MaskSummary
-from maskcheck.model import Finding, Index
+from maskcheck.model import Finding, Index, Severity
 from maskcheck.rules.registry import get_rule
 
 
@@ -93,13 +92,9 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
     empty = r.kept_count == 0
     if not empty.any():
         return
-    explained = np.zeros_like(empty)
-    for u, unit in enumerate(r.units):
-        # Only a left-padded plausible pattern leaves rows empty by design (pad queries).
-        if unit.core in PLAUSIBLE_CORES and unit.pad_left and unit.expected_empty.size:
-            explained[_units_rows(r, u)] = unit.expected_empty
-    real = np.flatnonzero(empty & ~explained)
-    padded = np.flatnonzero(empty & explained)
+    pad = inf.pad_queries if inf.pad_queries is not None else np.zeros_like(empty)
+    real = np.flatnonzero(empty & ~pad)
+    padded = np.flatnonzero(empty & pad)
     effect = _empty_row_effect(s, inf)
     if real.size:
         if r.unit_rows == 1 and inf.padding_role:
@@ -110,20 +105,14 @@ def fully_masked_rows(ctx: MaskContext) -> Iterator[Finding]:
                "them and zero their output)") if inf.padding_role else None
         yield ctx.finding("MC002", f"{what}: {effect}", _rows_where(s, real), fix)
     if padded.size:
-        info = get_rule("MC002")
-        assert info is not None
         f = ctx.finding(
             "MC002",
-            f"{_describe_rows(padded.size, 'padded query row')} of a left-padded causal mask "
-            f"attend to nothing (expected for pad tokens, but {effect})",
+            f"{_describe_rows(padded.size, 'pad query row')} (padding positions) attend to "
+            f"nothing, as expected: their outputs are discarded; {effect}",
             _rows_where(s, padded),
-            "harmless on SDPA's zero path; for MHA or an eager softmax, zero those rows: "
-            "out = out.masked_fill(~row_has_key[..., None], 0)")
-        from dataclasses import replace
-
-        from maskcheck.model import Severity
-
-        yield replace(f, severity=Severity.WARNING)
+            "nothing to do if pad outputs are discarded; to keep them finite for MHA or an "
+            "eager softmax: out = out.masked_fill(~row_has_key[..., None], 0)")
+        yield replace(f, severity=Severity.INFO)
 
 
 def _empty_row_effect(s: MaskSummary, inf: Inference) -> str:
@@ -164,8 +153,8 @@ def inverted_convention(ctx: MaskContext) -> Iterator[Finding]:
 @check("MC011")
 def wrong_sign(ctx: MaskContext) -> Iterator[Finding]:
     s, inf = ctx.summary, ctx.inf
-    if inf.value_kind != "additive":
-        return
+    if inf.value_kind != "additive" or s.strong_count:
+        return  # beside strongly masked values, large positives are kept (Longformer globals)
     if s.max_value >= cv.WEAK_MASK_MAGNITUDE:
         yield ctx.finding(
             "MC011", f"additive mask holds {cv_fmt(s.max_value)}: softmax puts the weight ON "
@@ -210,12 +199,19 @@ def weak_mask_value(ctx: MaskContext) -> Iterator[Finding]:
             fix="use float('-inf') (SDPA) or torch.finfo(dtype).min")
 
 
+def _mixed_convention(ctx: MaskContext) -> bool:
+    """Kept cells hold 1 beside large negatives (MC014)."""
+    s = ctx.summary
+    if ctx.inf.value_kind != "additive" or 1.0 not in s.distinct:
+        return False
+    kept = {v for v in s.distinct if v > cv.ADDITIVE_MASKED_BELOW and v != 0}
+    return kept == {1.0} and s.min_value <= -cv.WEAK_MASK_MAGNITUDE
+
+
 @check("MC014")
 def mixed_convention(ctx: MaskContext) -> Iterator[Finding]:
     s = ctx.summary
-    if ctx.inf.value_kind != "additive" or 1.0 not in s.distinct:
-        return
-    if s.min_value <= -cv.WEAK_MASK_MAGNITUDE:
+    if _mixed_convention(ctx):
         yield ctx.finding(
             "MC014", f"kept positions hold 1 (multiplicative) and masked ones "
             f"{cv_fmt(s.min_value)} (additive)",
@@ -313,7 +309,7 @@ def broadcast_trap(ctx: MaskContext) -> Iterator[Finding]:
             "mask as (L, S), so row i masks query i of every sequence", fix=cv.padding_fix("sdpa"))
         return
     if inf.padding_role or r.cores & {"causal", "causal-lower-right", "sliding-window",
-                                       "block-diagonal", "anti-causal",
+                                       "block-diagonal", "anti-causal", "prefix-lm",
                                        "causal-diagonal-masked"}:
         return
     c, f, la = r.kept_count, r.first_kept, r.last_kept
@@ -339,8 +335,8 @@ def _named_attn_mask(name: str) -> bool:
 @check("MC032")
 def query_axis_padding(ctx: MaskContext) -> Iterator[Finding]:
     s, r = ctx.summary, ctx.inf.reading
-    if r is None:
-        return
+    if r is None or _mixed_convention(ctx):
+        return  # with 1 beside large negatives, which rows are "masked" is MC014's question
     nd = len(s.shape)
     if nd >= 3 and s.cols == 1 and s.shape[-2] > 1 and 0 < s.nonzero_count < s.size:
         yield ctx.finding(
@@ -418,8 +414,11 @@ def dense_causal_mask(ctx: MaskContext) -> Iterator[Finding]:
     s, r, inf = ctx.summary, ctx.inf.reading, ctx.inf
     if r is None or inf.role != "attn_mask" or r.unit_rows < 2 or s.matrix_rows != s.cols:
         return
-    if inf.convention == "ambiguous" or inf.inverted:
+    if inf.convention == "ambiguous" or inf.inverted or "bias" in inf.params:
         return
+    api = cv.APIS.get(ctx.api)
+    if api is None or not api.has_is_causal:
+        return  # eager attention, FlexAttention, a 2-D HF mask: there is no is_causal to pass
     if all(u.core == "causal" and not (u.pad_left or u.pad_right) for u in r.units) and \
             len(set(s.matrix_crc.tolist())) == 1:
         yield ctx.finding(

@@ -26,6 +26,9 @@ class RuleInfo:
     bad: str  # a bad example (code)
     good: str  # the same, fixed
     fix: str = ""  # the generic fix in one line
+    # Off unless asked for by code, name or ALL (--select/--extend-select): a finding that is
+    # true of correct stock masks too, so it would be noise by default.
+    opt_in: bool = False
 
 
 _RULES: dict[str, RuleInfo] = {}

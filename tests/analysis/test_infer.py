@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import maskcheck
+from maskcheck.selection import Selection
 
 torch = pytest.importorskip("torch")
 
@@ -70,7 +71,9 @@ def test_bfloat16_finfo_min_mask() -> None:
     m = torch.zeros(4, 4, dtype=torch.bfloat16).masked_fill(~keep, torch.finfo(torch.bfloat16).min)
     r = maskcheck.analyze(m, name="attn_mask")
     assert (r.dtype, r.convention, r.pattern) == ("bfloat16", "additive", ["causal"])
-    assert "MC021" in {f.code for f in r.findings}
+    assert "MC021" not in {f.code for f in r.findings}  # opt-in: true of every stock HF mask
+    asked = maskcheck.analyze(m, name="attn_mask", selection=Selection.build(["ALL"]))
+    assert "MC021" in {f.code for f in asked.findings}
 
 
 def test_mha_key_padding_mask_fully_padded_sequence_is_an_error() -> None:
@@ -103,3 +106,26 @@ def test_names_and_values_that_agree_give_high_confidence() -> None:
     assert (r.convention, r.role) == ("int-one-keep", "hf_attention_mask")
     assert r.confidence >= 0.9
     assert r.pattern == ["padding-right"]
+
+
+def test_polarity_from_structure_not_ambiguous() -> None:
+    n = 12
+    pos = np.arange(n)
+    causal = pos[None, :] <= pos[:, None]
+    window = causal & (pos[None, :] > pos[:, None] - 4)
+    real = np.ones((2, n), bool)
+    real[0, 8:] = False
+    masks = {
+        "flex sliding window + padding": window[None, None] & real[:, None, None, :],
+        "strided sparse": causal & (((pos[:, None] - pos[None, :]) % 3 == 0)
+                                    | (pos[:, None] - pos[None, :] < 2)),
+        "attention sinks": window | (causal & (pos[None, :] < 2)),
+        "upper-left causal, L < S": np.arange(4)[:, None] >= np.arange(8)[None, :],
+    }
+    for what, m in masks.items():
+        r = maskcheck.analyze(m, name="mask")
+        assert r.convention == "bool-true-keep", (what, r.convention, r.evidence)
+        assert not [f for f in r.findings if f.severity.value in ("error", "warning")], what
+    # truly undecidable stays ambiguous: a pure padding mask with no unpadded sequence
+    r = maskcheck.analyze(np.array([[True, True, False], [True, False, False]]), name="m")
+    assert r.convention == "ambiguous"

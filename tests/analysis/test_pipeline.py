@@ -88,13 +88,13 @@ def test_block_rows_do_not_change_file_reports(tmp_path: Path) -> None:
     assert a == b
 
 
-def test_left_padding_with_causal_mask_warns_for_pad_queries(tmp_path: Path) -> None:
+def test_left_padding_with_causal_mask_is_info_for_pad_queries(tmp_path: Path) -> None:
     path = tmp_path / "pair.safetensors"
     causal = np.triu(np.full((4, 4), -np.inf, np.float32), 1)
     kpm = np.array([[False] * 4, [True, True, False, False]])  # left padding of 2
     save_file({"src_mask": causal, "src_key_padding_mask": kpm}, str(path))
     (finding,) = analyze_file(str(path)).findings
-    assert (finding.code, finding.severity.value) == ("MC002", "warning")
+    assert (finding.code, finding.severity.value) == ("MC002", "info")
     assert [list(w) for w in finding.where] == [[1, 0], [1, 1]]
 
 
@@ -105,3 +105,29 @@ def test_every_module_imports_first(module: str) -> None:
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_tensor_is_listed_ids_and_complex_as_not_a_mask(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file as save_torch
+
+    tensors = {
+        "freqs_cis": torch.polar(torch.ones(4, 8), torch.zeros(4, 8)),  # RoPE table, complex64
+        "token_type_ids": torch.tensor([[0, 0, 0, 1, 1, 1]]),
+        "position_ids": torch.tensor([[0, 1, 0, 1, 2, 0]]),  # packed sequences
+        "attention_mask": torch.tensor([[1, 1, 1, 0, 0, 0]]),
+    }
+    for suffix in ("safetensors", "pt"):
+        path = tmp_path / f"inputs.{suffix}"
+        if suffix == "pt":
+            torch.save(tensors, path)
+        else:
+            save_torch(tensors, str(path))
+        report = analyze_file(str(path))
+        assert report.error is None
+        got = {t.name: (t.convention, t.dtype, t.findings) for t in report.tensors}
+        assert set(got) == set(tensors)
+        for name in ("freqs_cis", "token_type_ids", "position_ids"):
+            assert got[name][0] == "not-a-mask" and got[name][2] == []
+        assert got["freqs_cis"][1] == "complex64"
+        assert got["attention_mask"][0] == "int-one-keep"

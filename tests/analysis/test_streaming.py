@@ -20,6 +20,12 @@ F32_MIN = float(np.finfo(np.float32).min)
 
 
 def _as_tuple(s: MaskSummary) -> tuple[object, ...]:
+    split = None if s.split is None else _rows_tuple(s.split)
+    return (*_rows_tuple(s), np.nan_to_num(s.diag_value, nan=7.5).tolist(), s.strong_count,
+            split)
+
+
+def _rows_tuple(s: MaskSummary) -> tuple[object, ...]:
     return (
         s.nan_count, s.posinf_count, s.neginf_count, s.finfo_min_count, s.nonzero_count,
         s.min_value, s.max_value, sorted(s.distinct.items()), s.distinct_overflow,
@@ -30,7 +36,7 @@ def _as_tuple(s: MaskSummary) -> tuple[object, ...]:
 
 
 shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=7)
-mask_values = st.sampled_from([0.0, -np.inf, F32_MIN, 1.0, np.nan, -1e9])
+mask_values = st.sampled_from([0.0, -np.inf, F32_MIN, 1.0, np.nan, -1e9, -0.25, 2.0])
 
 
 @st.composite

@@ -276,3 +276,19 @@ def test_mask_file_with_mha_pair_replays_both(tmp_path: Path) -> None:
     assert runs["need_weights"]["nan_rows"] == [[1, 3]]
     assert runs["no_weights"]["zero_rows"] == [[1, 3]]
     assert runs["fast_path"]["fast_path_ran"] is False  # a float mask: torch skips it
+
+
+def test_pad_queries_of_a_left_padded_causal_mask_are_info(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    real = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    mask = causal[None, None] & real[:, None, None, :]
+    save_file({"attn_mask": mask}, str(tmp_path / "left.safetensors"))
+    _, doc = replay_json(tmp_path / "left.safetensors", "--api", "sdpa", "--heads", "2",
+                         "--dim", "4")
+    f = doc["files"][0]
+    mc002 = [x for x in f["findings"] if x["code"] == "MC002"]
+    assert mc002 and {x["severity"] for x in mc002} == {"info"}, mc002
+    assert "pad query" in mc002[0]["message"]

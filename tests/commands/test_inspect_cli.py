@@ -110,10 +110,11 @@ def test_errors_fail_and_are_located(tmp_path: Path) -> None:
 
 @needs_io
 def test_fail_on_warning_and_ignore(tmp_path: Path) -> None:
-    left = padded_causal(tmp_path, "left")  # MC002 as a warning (padded query rows)
+    left = padded_causal(tmp_path, "left")  # MC002 as info (pad query rows, issue 9)
     assert run(str(left), "--api", "sdpa").returncode == 0
-    assert run(str(left), "--api", "sdpa", "--fail-on", "warning").returncode == 1
-    r = run(str(left), "--api", "sdpa", "--fail-on", "warning", "--ignore", "MC002")
+    assert run(str(left), "--api", "sdpa", "--fail-on", "warning").returncode == 0
+    assert run(str(left), "--api", "sdpa", "--fail-on", "info").returncode == 1
+    r = run(str(left), "--api", "sdpa", "--fail-on", "info", "--ignore", "MC002")
     assert r.returncode == 0 and "MC002" not in r.stdout
 
 
