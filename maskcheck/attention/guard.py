@@ -124,7 +124,7 @@ class guard:
         self.reports: list[GuardReport] = []
         self._by_key: dict[tuple[str, str, str, str], GuardReport] = {}
         # The mask is kept in its entry so that its id cannot be reused while cached.
-        self._cache: dict[tuple[int, int, str], tuple[Any, list[Finding]]] = {}
+        self._cache: dict[tuple[int, int, str, int], tuple[Any, list[Finding], Any]] = {}
         self._layer = Interceptor(self._handle)
 
     @property
@@ -163,12 +163,14 @@ class guard:
                                     call.dtype if call is not None else None))
         if call is None:
             return out
+        kpm = call.key_padding_mask
         for name in ("attn_mask", "key_padding_mask"):
             mask = getattr(call, name)
             if isinstance(mask, torch.Tensor):
                 api = api_of(seen, mask)
+                companion = kpm if name == "attn_mask" else None
                 out.extend(self._cached(mask, int(getattr(mask, "_version", 0)), name, api,
-                                        call.dtype))
+                                        call.dtype, companion))
         if (seen.impl in ("sdpa", "hf:sdpa") and call.is_causal
                 and call.attn_mask is not None):
             out.append(_finding("MC060", "is_causal=True together with an attn_mask: MATH "
@@ -176,17 +178,25 @@ class guard:
         return out
 
     def _cached(self, mask: Any, version: int, name: str, api: str,
-                query_dtype: str | None) -> list[Finding]:
-        key = (id(mask), version, api)
+                query_dtype: str | None, key_padding: torch.Tensor | None = None
+                ) -> list[Finding]:
+        # A companion key padding mask changes the pad-query verdict: it is part of the key.
+        key = (id(mask), version, api, id(key_padding) if key_padding is not None else 0)
         hit = self._cache.get(key)
-        if hit is None or hit[0] is not mask:
-            hit = (mask, self._analyse(mask, name, api, query_dtype))
+        if hit is None or hit[0] is not mask or hit[2] is not key_padding:
+            real = None
+            if key_padding is not None:
+                from maskcheck.attention.call import hidden_by
+
+                real = ~hidden_by(key_padding, "masked")
+            hit = (mask, self._analyse(mask, name, api, query_dtype, real), key_padding)
             self._cache[key] = hit
             while len(self._cache) > _CACHE_SIZE:  # the oldest entry goes first
                 self._cache.pop(next(iter(self._cache)))
         return hit[1]
 
-    def _analyse(self, mask: Any, name: str, api: str, query_dtype: str | None) -> list[Finding]:
+    def _analyse(self, mask: Any, name: str, api: str, query_dtype: str | None,
+                 real_keys: torch.Tensor | None = None) -> list[Finding]:
         from maskcheck.analysis import analyze_source
         from maskcheck.attention.blockmask import block_mask_source
         from maskcheck.attention.replay import to_numpy
@@ -202,7 +212,8 @@ class guard:
             except MaskcheckError:  # too large to expand: nothing to say about its tokens
                 return []
         report = analyze_source(source, api=api, query_dtype=query_dtype,
-                                selection=self.selection)
+                                selection=self.selection,
+                                real_keys=None if real_keys is None else real_keys.cpu().numpy())
         return [f if f.tensor else replace(f, tensor=name) for f in report.findings]
 
     def _output_findings(self, seen: SeenCall, out: torch.Tensor | None) -> list[Finding]:
@@ -223,9 +234,19 @@ class guard:
             return []
         found: list[Finding] = []
         if bool((empty & nan_rows).any()):
-            rows = [tuple(r) for r in torch.nonzero(empty & nan_rows).tolist()[:20]]
-            found.append(_finding("MC002", f"{int((empty & nan_rows).sum())} NaN output "
-                                  "row(s) have no key to attend", tuple(rows)))
+            pad = _pad_queries(seen, hidden, empty.shape)
+            real_empty, pad_empty = empty & nan_rows & ~pad, empty & nan_rows & pad
+            if bool(real_empty.any()):
+                rows = tuple(tuple(r) for r in torch.nonzero(real_empty).tolist()[:20])
+                found.append(_finding("MC002", f"{int(real_empty.sum())} NaN output row(s) "
+                                      "of real tokens have no key to attend", rows))
+            if bool(pad_empty.any()):
+                rows = tuple(tuple(r) for r in torch.nonzero(pad_empty).tolist()[:20])
+                found.append(replace(_finding(
+                    "MC002", f"{int(pad_empty.sum())} NaN output row(s) of pad queries "
+                    "(padding positions) have no key to attend: their outputs are discarded; "
+                    "a NaN that reaches real tokens through the values is MC061", rows),
+                    severity=Severity.INFO))
         real_bad = nan_rows & ~empty
         if bool(real_bad.any()):
             found.extend(_real_row_findings(seen, hidden, real_bad))
@@ -295,6 +316,28 @@ def _hidden_of(seen: SeenCall) -> torch.Tensor:
 
         return ~expand_block_mask(seen.block_mask).keep.to(call.query.device)
     return call_hidden(call)
+
+
+def real_keys_of(seen: SeenCall) -> torch.Tensor | None:
+    """(N, S) bool, True = real token, from the call's key padding mask (MHA)."""
+    call = seen.call
+    if call is None or call.key_padding_mask is None:
+        return None
+    from maskcheck.attention.call import hidden_by
+
+    return ~hidden_by(call.key_padding_mask, "masked")
+
+
+def _pad_queries(seen: SeenCall, hidden: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Bool over output rows: the query is a padding position (analysis.padquery)."""
+    from maskcheck.analysis.padquery import pad_query_rows
+
+    real = real_keys_of(seen)
+    pad = torch.from_numpy(pad_query_rows(
+        (~hidden).cpu().numpy(), None if real is None else real.cpu().numpy()))
+    if seen.call is not None and seen.call.api == "mha" and pad.dim() == 3:
+        pad = pad.all(1)  # (N, H, L) -> (N, L): a row is padding for every head
+    return pad.to(hidden.device).expand(shape)
 
 
 def _rows_bhl(seen: SeenCall, rows: torch.Tensor) -> torch.Tensor:

@@ -155,12 +155,12 @@ def test_fp16_minus_1e9_mask_on_eager_is_an_error_naming_the_nan() -> None:
     mask = _fp16_minus_1e9_mask()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaskcheckWarning)
-        with maskcheck.guard(check_output=True, fail_on="error") as g:
+        with maskcheck.guard(check_output=True, fail_on="info") as g:
             out = _run(model, "llama", mask)
     assert bool(torch.isnan(out.logits[1, 3:]).all())  # the real tokens
-    codes = {(r.module, r.finding.code) for r in g.reports}
-    assert ("model.layers.0.self_attn", "MC002") in codes  # the NaN pad rows
-    assert ("model.layers.1.self_attn", "MC061") in codes  # NaN values reach real rows
+    codes = {(r.module, r.finding.code, r.finding.severity.value) for r in g.reports}
+    assert ("model.layers.0.self_attn", "MC002", "info") in codes  # the NaN pad rows
+    assert ("model.layers.1.self_attn", "MC061", "error") in codes  # NaN reaches real rows
     with pytest.raises(GuardError), maskcheck.guard(action="raise", check_output=True):
         _run(model, "llama", mask)
 
@@ -196,11 +196,18 @@ def test_correct_right_padded_encoder_raises_nothing(models: dict[tuple[str, str
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("name", DECODERS)
-def test_correct_padded_decoder_batch_has_no_error(models: dict[tuple[str, str], Any],
-                                                   name: str, impl: str, side: str) -> None:
-    with maskcheck.guard(action="raise", fail_on="error", check_output=True) as g:
+def test_correct_padded_decoder_batch_raises_nothing(models: dict[tuple[str, str], Any],
+                                                     name: str, impl: str, side: str) -> None:
+    # Left padding leaves pad-query rows empty by design (their outputs are discarded), and
+    # Mistral's sliding window with right padding too: info, not error or warning.
+    with maskcheck.guard(action="raise", check_output=True) as g:
         _run(models[(name, impl)], name, _padding(side))
-    assert g.calls.total > 0
+    assert g.calls.total > 0 and not g.reports
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaskcheckWarning)
+        with maskcheck.guard(fail_on="info") as g:
+            _run(models[(name, impl)], name, _padding(side))
+    assert all(r.finding.severity.value == "info" for r in g.reports)
 
 
 def test_flex_attention_path_is_seen_with_its_block_mask() -> None:
