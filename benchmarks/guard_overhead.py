@@ -1,7 +1,15 @@
-"""Per-call overhead of maskcheck.guard() on F.scaled_dot_product_attention and
-nn.MultiheadAttention (CPU), with and without the guard, at a few sizes.
+"""Overhead of maskcheck.guard(): on whole transformers models (forward passes) and per
+F.scaled_dot_product_attention / nn.MultiheadAttention call (CPU), with and without the guard.
 
-    /work/venv/bin/python benchmarks/guard_overhead.py
+    python benchmarks/guard_overhead.py            # both parts
+    python benchmarks/guard_overhead.py models     # the model part only (needs transformers)
+
+Model part: a tiny-config Llama built from its config class (random init, no download) at a
+realistic size (hidden 512, 4 layers, 8 heads, L = 256, batch 2, left padding) and at the
+tiny size the tests use (hidden 32, 2 layers, L = 8), on the sdpa and eager implementations.
+Plain and guarded forwards are interleaved, timed in process CPU time (torch on one thread),
+and each ratio is the median of per-round ratios, so load from other processes on a shared
+machine distorts the ratios as little as it can.
 
 Two numbers matter: "same mask" (the usual case: one mask object reused by every layer, its
 analysis cached on identity + version) and "new mask" (a fresh mask tensor every call, so every
@@ -11,6 +19,7 @@ call analyses the mask).
 # ruff: noqa: B023  (closures are called inside the loop iteration that defines them)
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 import warnings
@@ -36,7 +45,79 @@ def per_call_us(fn: Callable[[], object], n: int) -> float:
     return best * 1e6
 
 
+def _llama(hidden: int, layers: int, heads: int, impl: str) -> torch.nn.Module:
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        max_position_embeddings=1024)
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def model_ratios(model: torch.nn.Module, length: int, rounds: int, reps: int
+                 ) -> tuple[float, float, float, float]:
+    """ms per plain forward, then guard/plain with the same batch every forward, with a new
+    padding length every forward, and guard(check_output=True)/plain with new padding:
+    medians over rounds of the ratio measured within each round."""
+    ids = torch.randint(1, 1000, (2, length))
+
+    def batch(k: int) -> torch.Tensor:
+        am = torch.ones(2, length, dtype=torch.long)
+        am[1, : length // 4 + k] = 0  # left padding
+        return am
+
+    def timed(ctx: Callable[[], object] | None, vary: bool) -> float:
+        t0 = time.process_time()  # CPU time of this process: other processes' load is
+        for i in range(reps):        # not counted (torch runs on 1 thread here)
+            am = batch(i if vary else 0)
+            with torch.no_grad():
+                if ctx is None:
+                    model(input_ids=ids, attention_mask=am)
+                else:
+                    with ctx():  # type: ignore[attr-defined]
+                        model(input_ids=ids, attention_mask=am)
+        return (time.process_time() - t0) / reps
+
+    timed(None, False)
+    timed(lambda: maskcheck.guard(), False)
+    plain_s, same, new, out = [], [], [], []
+    for _ in range(rounds):
+        p_same = timed(None, False)
+        same.append(timed(lambda: maskcheck.guard(), False) / p_same)
+        p_new = timed(None, True)
+        new.append(timed(lambda: maskcheck.guard(), True) / p_new)
+        out.append(timed(lambda: maskcheck.guard(check_output=True), True) / p_new)
+        plain_s.append(p_same)
+    return (statistics.median(plain_s) * 1e3, statistics.median(same), statistics.median(new),
+            statistics.median(out))
+
+
+def models() -> None:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    print(f"torch {torch.__version__}, 1 CPU thread; Llama forward passes, batch 2, left "
+          "padding; process CPU time; ratios = median over rounds of (guarded / plain) in the "
+          "same round")
+    print(f"{'model':<40}{'plain ms':>9}{'same batch':>12}{'new padding':>13}"
+          f"{'+check_output':>15}")
+    for hidden, layers, heads, length, rounds, reps in ((512, 4, 8, 256, 5, 3),
+                                                         (32, 2, 4, 8, 5, 40)):
+        for impl in ("sdpa", "eager"):
+            model = _llama(hidden, layers, heads, impl)
+            ms, same, new, out = model_ratios(model, length, rounds, reps)
+            label = f"llama h{hidden} x{layers} L={length} {impl}"
+            print(f"{label:<40}{ms:>9.2f}{same:>11.3f}x{new:>12.3f}x{out:>14.3f}x")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["models"]:
+        models()
+        return
+    models()
+    print()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
