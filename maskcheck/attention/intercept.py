@@ -174,12 +174,16 @@ def hf_call(impl: str, module: Any, query: Any, key: Any, value: Any, mask: Any,
     causal (transformers/integrations/sdpa_attention.py).
     """
     dense = None if _is_block_mask(mask) else mask
-    causal = (mask is None and bool(getattr(module, "is_causal", False))
-              and int(query.shape[-2]) > 1 and impl != "hf:eager")
+    # HF's sdpa function: is_causal = q_len > 1 and no mask and (the is_causal argument, else
+    # the module's flag, default True). Eager and flex apply no causal triangle of their own.
+    flag = kwargs.get("is_causal")
+    if flag is None:
+        flag = getattr(module, "is_causal", True)
+    causal = (impl not in ("hf:eager", "hf:paged|eager", "hf:flex_attention")
+              and mask is None and int(query.shape[-2]) > 1 and bool(flag))
     scale = kwargs.get("scaling", kwargs.get("scale"))
     kw = {"dropout_p": float(kwargs.get("dropout", 0.0) or 0.0),
-          "is_causal": bool(kwargs.get("is_causal", causal) or False) if impl == "hf:sdpa"
-          else causal,
+          "is_causal": causal,
           "scale": None if scale is None else float(scale),
           "enable_gqa": bool(query.dim() >= 3 and key.dim() >= 3
                              and query.shape[-3] != key.shape[-3])}
