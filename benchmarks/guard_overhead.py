@@ -131,7 +131,7 @@ def models() -> None:
           "padding; process CPU time; ratios = median over rounds of (guarded / plain) in the "
           "same round")
     print(f"{'model':<36}{'plain ms':>9}{'block/forward':>15}{'one block':>11}"
-          f"{'+check_output':>15}{'in maskcheck ms':>17}")
+          f"{'+check_output':>15}{'handler ms':>12}")
     for hidden, layers, heads, length, rounds, reps in ((512, 4, 8, 256, 7, 3),
                                                          (32, 2, 4, 8, 7, 40)):
         for impl in ("sdpa", "eager"):
@@ -139,7 +139,7 @@ def models() -> None:
             ms, per, held, out, own = model_ratios(model, length, rounds, reps)
             label = f"llama h{hidden} x{layers} L={length} {impl}"
             print(f"{label:<36}{ms:>9.2f}{per:>14.3f}x{held:>10.3f}x{out:>14.3f}x"
-                  f"{own:>17.2f}")
+                  f"{own:>12.2f}")
 
 
 def main() -> None:
