@@ -210,6 +210,19 @@ def test_correct_padded_decoder_batch_raises_nothing(models: dict[tuple[str, str
     assert all(r.finding.severity.value == "info" for r in g.reports)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_left_padded_generate_raises_nothing(models: dict[tuple[str, str], Any],
+                                             impl: str) -> None:
+    model = models[("llama", impl)]
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad(), maskcheck.guard(action="raise", check_output=True) as g:
+        out = model.generate(input_ids=_ids(), attention_mask=_padding("left"),
+                             max_new_tokens=3, do_sample=False)
+    assert out.shape == (2, L + 3)
+    assert g.calls.total == 2 * 3  # prefill + 2 decode steps, 2 layers each
+    assert not g.reports
+
+
 def test_flex_attention_path_is_seen_with_its_block_mask() -> None:
     model = _llama("flex_attention")
     with warnings.catch_warnings():
