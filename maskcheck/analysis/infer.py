@@ -338,7 +338,7 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     params: dict[str, object] = {}
     if not non_empty:
         return ["custom"], {"everything_masked": True}
-    core = next(iter(non_empty)) if len(non_empty) == 1 else "custom"
+    core = merged_core(r.units)
     tags: list[str] = []
     left = [u.pad_left for u in r.units]
     right = [u.pad_right for u in r.units]
@@ -354,8 +354,13 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     for u in r.units:
         for k, v in u.params.items():
             params.setdefault(k, v)
+    blocks = {str(u.params.get("block", u.params.get("block_sizes"))) for u in r.units
+              if u.core == "block-diagonal"}
+    if len(blocks) > 1:
+        params.pop("block", None)  # units disagree: their block sizes, not one block
     if core == "block-diagonal" and all(
-            u.params.get("causal_within_blocks") for u in r.units if u.core != "empty"):
+            u.params.get("causal_within_blocks") or u.core == "causal" for u in r.units
+            if u.core != "empty"):
         tags.append("causal")  # packed documents or chunks (Llama4), causal inside each
     if core != "custom" or named:
         if any(left):
@@ -376,14 +381,30 @@ def _tags(r: Reading, s: MaskSummary) -> tuple[list[str], dict[str, object]]:
     return tags, params
 
 
+def merged_core(units: list[MatrixPattern]) -> str:
+    """The one core of all non-empty units, or "custom". A window or chunk that never bites
+    in a short (padded) sequence leaves it plain causal: causal + sliding-window is a sliding
+    window, causal + causal block-diagonal is block-diagonal."""
+    cores = {u.core for u in units} - {"empty"}
+    if len(cores) == 1:
+        return next(iter(cores))
+    if cores == {"causal", "sliding-window"}:
+        return "sliding-window"
+    if cores == {"causal", "block-diagonal"} and all(
+            u.params.get("causal_within_blocks") for u in units if u.core == "block-diagonal"):
+        return "block-diagonal"
+    return "custom"
+
+
 def _score(r: Reading) -> float:
     cores = r.cores - {"empty"}
     if not cores:
         return -3.0
-    if len(cores) > 1:
+    merged = merged_core(r.units)
+    if merged == "custom" and len(cores) > 1:
         base = 0.0
     else:
-        core = next(iter(cores))
+        core = merged
         if core == "full":
             padded = any(u.pad_left or u.pad_right for u in r.units)
             unpadded = any(u.core == "full" and not (u.pad_left or u.pad_right) for u in r.units)
@@ -526,7 +547,10 @@ def _structure_signals(
     """Signals beyond the pattern: every real query keeps its own key in a self-attention
     mask (causal, windows, sinks, strided, image blocks all do), and a 4-D bool mask is in
     SDPA/HF/FlexAttention's layout (MHA takes no 4-D mask), where True = keep."""
-    if s.matrix_rows > 1 and s.cols == s.matrix_rows:
+    both_attend = bool(np.any(keep.kept_count > 0) and np.any(masked.kept_count > 0))
+    if s.matrix_rows > 1 and s.cols == s.matrix_rows and both_attend:
+        # (an all-False or all-True mask says nothing about polarity: both readings must
+        # have queries that attend)
         ok = {id(r): _keeps_own_keys(s, r) for r in (keep, masked)}
         if ok[id(keep)] != ok[id(masked)]:
             best = keep if ok[id(keep)] else masked

@@ -37,7 +37,26 @@ def analyze_source(
     report = report_from_summary(summary, api=api, query_dtype=query_dtype, selection=selection,
                                  real_keys=real_keys)
     _preview_worst_matrix(report, source, summary)
+    _describe_bias(report, source, summary)
     return report
+
+
+def _describe_bias(report: TensorReport, source: TensorSource, s: MaskSummary) -> None:
+    """Evidence on what a biased mask's bias looks like (ALiBi, relative positions)."""
+    from maskcheck.analysis.bias import MAX_MATRICES, MAX_MATRIX_ELEMENTS, bias_look
+
+    bias = report.params.get("bias")
+    if not isinstance(bias, dict) or s.matrix_rows * s.cols > MAX_MATRIX_ELEMENTS:
+        return
+    count = min(s.matrices, MAX_MATRICES)
+    block = source.read_rows(0, count * s.matrix_rows).reshape(count, s.matrix_rows, s.cols)
+    look = bias_look(block)
+    bias["looks_like"] = look
+    words = {"alibi": "the bias steps by one slope per key along each row: ALiBi",
+             "relative-position": "the bias is constant along each diagonal: a relative-position "
+                                  "bias (T5-style)",
+             "none": "the bias has no ALiBi or relative-position structure"}
+    report.evidence.append(words[look])
 
 
 def _preview_worst_matrix(report: TensorReport, source: TensorSource, s: MaskSummary) -> None:

@@ -187,7 +187,11 @@ register(RuleInfo(
     "MC040", "causal-diagonal-masked", E, "mask",
     "A causal mask that also hides the diagonal.",
     "torch.triu(..., diagonal=0) of a -inf or True matrix masks the diagonal too: each token "
-    "cannot see itself and the first query sees nothing (MC002).",
+    "cannot see itself and the first query sees nothing (MC002).\n\n"
+    "Beyond causal masks: in a self-attention mask (L == S) every real query keeps its own key "
+    "(causal, windows, chunks, packed documents, prefix-LM, image blocks all do). A mask that "
+    "hides the diagonal from every query that attends anything is inverted, or built with the "
+    "wrong diagonal, whatever its shape.",
     "mask = torch.triu(torch.full((L, L), float('-inf')), diagonal=0)",
     "mask = torch.triu(torch.full((L, L), float('-inf')), diagonal=1)",
     "use diagonal=1",

@@ -380,6 +380,31 @@ def causal_diagonal_masked(ctx: MaskContext) -> Iterator[Finding]:
             "MC040", "causal mask that also hides the diagonal: no token sees itself and the "
             "first query sees nothing", _rows_where(s, rows),
             fix="torch.triu(..., diagonal=1)  # mask strictly above the diagonal")
+        return
+    if _hides_every_own_key(ctx):
+        yield ctx.finding(
+            "MC040", f"no query keeps its own key: the diagonal of this {s.matrix_rows}x"
+            f"{s.cols} self-attention mask is hidden for every query that attends anything "
+            "(in at least one batch/head matrix) "
+            f"({', '.join(ctx.inf.pattern) or 'custom'} as read): an inverted mask, or one "
+            "built with the wrong diagonal",
+            fix=cv.invert_fix(ctx.api, ctx.inf.role))
+
+
+def _hides_every_own_key(ctx: MaskContext) -> bool:
+    from maskcheck.analysis.infer import own_key_kept
+
+    s, r = ctx.summary, ctx.inf.reading
+    if r is None or ctx.inf.padding_role or r.unit_rows < 2 or s.matrix_rows != s.cols:
+        return False
+    own = own_key_kept(s, r)
+    if own is None:
+        return False
+    # Per matrix: a correct one has a real query, and real queries keep their own keys; pad
+    # queries may not, so one matrix whose every attending query hides its own key is enough.
+    attends = (r.kept_count > 0).reshape(s.matrices, s.matrix_rows)
+    hides = ~own.reshape(s.matrices, s.matrix_rows)
+    return bool(np.any(attends.any(axis=1) & np.all(hides | ~attends, axis=1)))
 
 
 @check("MC041")

@@ -80,3 +80,30 @@ def test_many_valued_bias_with_inf_mask_is_analysed() -> None:
     inverted[..., 0, :] = -np.inf  # the first query sees nothing
     r2 = maskcheck.analyze(inverted, name="attn_bias", api="sdpa")
     assert "MC002" in codes(r2)
+
+
+def test_the_bias_look_is_reported_on_real_library_masks() -> None:
+    from pathlib import Path
+
+    from maskcheck.analysis import analyze_file
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    looks = {}
+    for name in ("real_bloom_alibi_left_padding", "real_t5_decoder_bias"):
+        (t,) = analyze_file(str(fixtures / f"{name}.safetensors"), api="eager").tensors
+        looks[name] = t.params["bias"]["looks_like"]
+    assert looks == {"real_bloom_alibi_left_padding": "alibi",
+                     "real_t5_decoder_bias": "relative-position"}
+    rng = np.random.default_rng(1)
+    noise = np.where(CAUSAL, rng.standard_normal((L, L)), -np.inf).astype(np.float32)
+    r = maskcheck.analyze(noise[None, None], name="attn_bias", api="sdpa")
+    assert r.params["bias"]["looks_like"] == "none"
+
+
+def test_bias_look_of_a_padding_only_matrix_does_not_fail() -> None:
+    from maskcheck.analysis.bias import bias_look
+
+    alibi_rows = np.tile(np.arange(L, dtype=np.float32) * 0.5, (L, 1))
+    m = np.stack([np.where(CAUSAL, alibi_rows, -np.inf), np.full((L, L), -np.inf)])
+    assert bias_look(m.astype(np.float32)) == "alibi"
+    assert bias_look(np.full((2, L, L), -np.inf, np.float32)) == "none"

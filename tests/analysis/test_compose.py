@@ -71,3 +71,21 @@ def test_a_broken_chunk_is_not_block_diagonal() -> None:
     broken[6, 0] = True  # a query of chunk 2 sees the first chunk
     r = maskcheck.analyze(broken, api="sdpa", name="attn_mask")
     assert "block-diagonal" not in r.pattern
+
+
+@pytest.mark.parametrize("core", [PACKED, IMAGE, CHUNKED], ids=["packed", "image", "chunked"])
+def test_an_inverted_self_attention_mask_is_caught_whatever_its_shape(core: np.ndarray) -> None:
+    inverted = np.where(core, np.float32(np.finfo(np.float32).min), np.float32(0))[None, None]
+    r = maskcheck.analyze(inverted, api="eager", name="attention_mask")
+    assert "MC040" in {f.code for f in r.findings}, (r.pattern, r.findings)
+    ok = np.where(core, np.float32(0), np.float32(np.finfo(np.float32).min))[None, None]
+    assert "MC040" not in {f.code for f in maskcheck.analyze(ok, api="eager").findings}
+
+
+def test_a_window_that_never_bites_in_a_short_sequence_is_still_a_window() -> None:
+    window = CAUSAL & (POS[:, None] - POS[None, :] < 10)  # cuts only in the long sequence
+    real = np.ones((2, L), bool)
+    real[0, :4] = False  # sequence 0 has 8 real tokens: the window never cuts there
+    r = maskcheck.analyze(window[None, None] & real[:, None, None, :], api="sdpa",
+                          name="attn_mask")
+    assert r.pattern == ["sliding-window", "padding-left"]
