@@ -12,9 +12,10 @@ naming the first frame of the user's code, the module and the call's index in th
 `nth` to hand to `maskcheck.capture`). The same finding at the same site is reported once per
 block; when the block ends a warning says how many more calls had it.
 SDPA calls with is_causal=True and an attn_mask give MC060.
-`check_output=True` also looks at the output: NaN rows with no key to attend (MC002), NaN in
-rows that have keys to attend when the mask holds NaN (MC001) or when key/value hold NaN/inf
-at masked positions (MC061).
+`check_output=True` also looks at the output (always on for transformers' eager functions):
+NaN rows of real tokens with no key to attend (MC002; pad-query rows are info), NaN in rows that
+have keys to attend when the mask holds NaN (MC001) or when key/value hold NaN/inf at masked
+positions (MC061).
 
 `guard.calls` says what was seen (total, per implementation, per module); a block that saw no
 attention call says so once, with the likely reason.
@@ -153,7 +154,9 @@ class guard:
         found = self._call_findings(seen)
         self._report(seen, found)
         result = run()
-        if self.check_output and seen.call is not None:
+        # Eager paths (softmax(scores + mask) in Python) are checked always: no kernel stands
+        # between the mask and a NaN, and the check is one isfinite over the output.
+        if (self.check_output or seen.eager) and seen.call is not None:
             self._report(seen, self._output_findings(seen, output_tensor(result)))
         return result
 
