@@ -15,8 +15,11 @@ __all__ = ["MaskcheckError", "__version__", "analyze", "capture", "guard", "prob
 
 
 def analyze(tensor: Any, api: str = "auto", name: str = "mask", **kwargs: Any) -> TensorReport:
-    """Analyse one mask (numpy array or torch tensor on any device).
+    """Analyse one mask (numpy array, torch tensor on any device, or FlexAttention BlockMask).
 
+    A BlockMask is expanded to its token-level keep-mask (at most 16 M cells; larger ones are
+    expanded for batch 0, head 0) and read with the flex convention unless `api` says
+    otherwise; its block structure (full, partial, skipped blocks) is added to the evidence.
     Raises MaskcheckError (one-line message) for a bad `api` or a tensor that cannot hold a
     mask. The report shows itself in a REPL, a notebook (`_repr_html_`) and `rich.print`.
     """
@@ -32,6 +35,11 @@ def analyze(tensor: Any, api: str = "auto", name: str = "mask", **kwargs: Any) -
         if kwargs["query_dtype"] is None:
             raise MaskcheckError(f"query_dtype takes a float dtype (float16, bfloat16, "
                                  f"float32, float64), not {query_dtype!r}")
+    if type(tensor).__name__ == "BlockMask" and hasattr(tensor, "kv_indices"):
+        from maskcheck.attention.blockmask import analyze_block_mask
+
+        report: TensorReport = analyze_block_mask(tensor, api=api, name=name, **kwargs)
+        return report
     return _analyze(tensor, api=api, name=name, **kwargs)
 
 

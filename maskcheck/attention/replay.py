@@ -109,7 +109,8 @@ def run_call(call: AttentionCall, path: str, *, selection: Selection | None = No
             "shapes": {n: list(getattr(call, n).shape) for n in
                        ("query", "key", "value", "attn_mask", "key_padding_mask")
                        if getattr(call, n) is not None},
-            "kwargs": call.kwargs, "self_attention": call.self_attention()}
+            "kwargs": call.kwargs, "self_attention": call.self_attention(),
+            "replay_differs": replay_differences(call, metadata or {})}
     return ReplayResult(report, paths, False, info)
 
 
@@ -129,6 +130,35 @@ def _check_size(path: str, call: AttentionCall) -> None:
         raise FileProblem(path, f"the call has {n:,} attention weights (batch x heads x queries "
                                 f"x keys); replay runs at most {MAX_WEIGHTS:,}: save a slice of "
                                 "the batch or of the heads (or pass fewer --heads)")
+def replay_differences(call: AttentionCall, meta: dict[str, str]) -> list[str]:
+    """How this replay differs from the call as it ran (empty when it runs as recorded)."""
+    out: list[str] = []
+    kw = call.kwargs
+    dropout = float(kw.get("dropout_p", 0.0) or 0.0)
+    if dropout > 0:
+        mode = " in training mode" if kw.get("training") else ""
+        out.append(f"the call ran with dropout_p={dropout:g}{mode}; replay runs without "
+                   "dropout (deterministic), so outputs are the call's without dropout")
+    impl = meta.get("maskcheck.impl", "")
+    if impl.startswith("hf:") and impl != "hf:sdpa":
+        out.append(f"the call ran transformers' {impl[3:]} attention function; replay runs "
+                   "the SDPA call it computes (same q/k/v, mask, scale, GQA)")
+    if kw.get("position_bias_added"):
+        out.append("the call's position_bias is added into the stored float mask, as the "
+                   "eager function adds it to the scores")
+    if "maskcheck.block_mask" in meta:
+        out.append("the call ran flex_attention with a BlockMask; replay runs its token-level "
+                   "keep-mask as an SDPA bool mask")
+    if kw.get("score_mod"):
+        out.append("the call had a score_mod, which a capture cannot store; replay runs the "
+                   "mask alone")
+    recorded_device = meta.get("maskcheck.device")
+    if recorded_device and recorded_device != call.device:
+        out.append(f"recorded on {recorded_device}, replayed on {call.device}")
+    recorded_dtype = meta.get("maskcheck.dtype")
+    if recorded_dtype and recorded_dtype != call.dtype:
+        out.append(f"recorded in {recorded_dtype}, replayed in {call.dtype}")
+    return out
 
 
 def replay_file(path: str, *, device: str = "cpu", dtype: str | None = None,

@@ -251,6 +251,8 @@ def replay_header(info: dict[str, Any], path: str) -> Text:
             t.append("\nkwargs " + ", ".join(f"{k}={v}" for k, v in sorted(kw.items())))
     if info.get("self_attention"):
         t.append("\nself-attention: query, key and value are one tensor")
+    for line in info.get("replay_differs") or ():
+        t.append(f"\nreplayed differently: {line}", style="yellow")
     if info.get("generated"):
         t.append("\nq/k/v generated (seeded) to fit the mask", style="dim")
     if info.get("picked"):

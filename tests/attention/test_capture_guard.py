@@ -95,7 +95,7 @@ def test_guard_warns_at_user_call_site() -> None:
             F.scaled_dot_product_attention(q, q, q, attn_mask=mha_style)
     hits = [w for w in caught if issubclass(w.category, MaskcheckWarning)]
     assert hits and hits[0].filename == __file__ and "MC010" in str(hits[0].message)
-    assert g.calls == 1
+    assert g.calls.total == 1
 
 
 def test_guard_raises_for_fully_padded_mha() -> None:
@@ -126,4 +126,4 @@ def test_guard_stays_quiet_on_correct_calls() -> None:
         with maskcheck.guard(check_output=True) as g:
             for _ in range(3):
                 F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
-    assert g.calls == 3 and not g.findings
+    assert g.calls.total == 3 and not g.findings
