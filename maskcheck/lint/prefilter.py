@@ -36,8 +36,11 @@ _MASK_WORDS = ("mask", "bias", "causal", "extended")
 _MASK_WORD = r"(?:mask|bias|causal|extended)"
 # MC509 (on lower-cased text): `+` right before a mask-named operand, or right after one (an
 # optional simple index).
-_PLUS_THEN_MASK = re.compile(r"\+(?:[\s(\\]|#[^\n]*)*[\w.]*" + _MASK_WORD)
-_MASK_THEN_PLUS = re.compile(_MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*)*\+")
+# A comment between operator and operand runs to its newline: `#[^\n]*\n` can match a comment
+# in one way only, where `#[^\n]*` alone could split a line of `#`, spaces or brackets in
+# exponentially many ways (a CuTeDSL example file took minutes under some hash seeds).
+_PLUS_THEN_MASK = re.compile(r"\+(?:[\s(\\]|#[^\n]*\n)*[\w.]*" + _MASK_WORD)
+_MASK_THEN_PLUS = re.compile(_MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*\n)*\+")
 
 
 class _Text:

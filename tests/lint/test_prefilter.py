@@ -70,3 +70,22 @@ def test_tricky_spellings_are_not_skipped(snippet: str) -> None:
 def test_large_value_shapes() -> None:
     assert not may_match("x = 65504\ny = 10000.0\nz = 1e-9\n", "MC501")
     assert may_match("x = 65505\n", "MC501") and may_match("x = 7e4\n", "MC501")
+
+
+def test_comment_runs_after_a_mask_word_do_not_backtrack_exponentially() -> None:
+    # From a CuTeDSL example (flash-attn's sdist): a mask word, then a run of commented-out
+    # lines. `#[^\n]*` with `\s` in one repeated group split those lines in exponentially many
+    # ways, so whether `check` finished depended on the hash seed (the order the rules' text
+    # tests ran in). Run in a child with a deadline so a regression fails instead of hanging.
+    import subprocess
+    import sys
+
+    code = (
+        "from maskcheck.lint.prefilter import may_match\n"
+        "run = 'mask\\n' + '    #     cute.printf(\"shape = {}\", shape)\\n' * 40\n"
+        "print(may_match(run + 'x = 1 + 2 == 3\\n', 'MC509'),\n"
+        "      may_match(run + '    + 1 == 2\\n', 'MC509'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True"]
