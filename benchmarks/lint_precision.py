@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 import urllib.error
 import urllib.request
 import zipfile
@@ -33,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import tomllib
 from _machine import machine
 
 HERE = Path(__file__).resolve().parent
@@ -74,10 +74,13 @@ def load_corpora() -> list[Corpus]:
 
 
 def load_verdicts() -> dict[str, str]:
-    verdicts: dict[str, str] = json.loads(VERDICTS_FILE.read_text()) if VERDICTS_FILE.exists() else {}
+    if not VERDICTS_FILE.exists():
+        return {}
+    verdicts: dict[str, str] = json.loads(VERDICTS_FILE.read_text())
     bad = [k for k, v in verdicts.items() if not v.startswith(("real:", "false:"))]
     if bad:
-        raise SystemExit(f"{VERDICTS_FILE.name}: verdict must start with 'real:' or 'false:': {bad[0]}")
+        raise SystemExit(f"{VERDICTS_FILE.name}: a verdict must start with 'real:' or 'false:': "
+                         f"{bad[0]}")
     return verdicts
 
 
@@ -92,7 +95,8 @@ def download(corpus: Corpus) -> Path:
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise SystemExit(f"lint_precision: cannot download {corpus.name}=={corpus.version} "
-                         f"({reason}); are you offline? Put {corpus.file} in {archive.parent}")
+                         f"({reason}); are you offline? Put {corpus.file} in "
+                         f"{archive.parent}") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != corpus.sha256:
         raise SystemExit(f"lint_precision: {corpus.file}: sha256 {digest} is not the pinned "
@@ -152,7 +156,7 @@ def run_check(corpus: Corpus) -> tuple[list[Finding], int, float]:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
         raise SystemExit(f"lint_precision: check on {corpus.name} gave no JSON "
-                         f"(exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+                         f"(exit {proc.returncode}): {proc.stderr.strip()[-300:]}") from None
     findings: list[Finding] = []
     unreadable = 0
     for entry in report["files"]:
