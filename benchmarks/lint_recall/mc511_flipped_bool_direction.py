@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 CONTEXT = 6
-q = k = v = torch.randn(1, 2, CONTEXT, 8)
+q = k = v = torch.randn(2, 2, CONTEXT, 8)
 mask = torch.triu(torch.ones(CONTEXT, CONTEXT), diagonal=1).bool()
 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # expect: MC511 top
 

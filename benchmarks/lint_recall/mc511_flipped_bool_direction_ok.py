@@ -12,7 +12,7 @@ CONTEXT = 6
 PAD_ID = 0
 EMB = 8
 N_HEADS = 2
-q = k = v = torch.randn(1, 2, CONTEXT, 8)
+q = k = v = torch.randn(2, 2, CONTEXT, 8)
 mask = torch.triu(torch.ones(CONTEXT, CONTEXT), diagonal=1).bool()
 out = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask)
 

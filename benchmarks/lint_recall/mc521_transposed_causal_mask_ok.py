@@ -18,7 +18,8 @@ x = torch.randn(SZ, 1, D)
 future_bool = torch.triu(torch.ones(SZ, SZ, dtype=torch.bool), 1)
 y, _ = mha(x, x, x, attn_mask=future_bool)
 keep = tril(torch.ones(SZ, SZ, dtype=torch.bool))
-z = torch.nn.functional.scaled_dot_product_attention(x[None], x[None], x[None], attn_mask=keep)
+qkv = torch.randn(1, 1, SZ, D)
+z = torch.nn.functional.scaled_dot_product_attention(qkv, qkv, qkv, attn_mask=keep)
 
 
 class Decoder(nn.Module):
