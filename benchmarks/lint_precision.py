@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import tomllib
+from _lint_bench import MASKCHECK, maskcheck_location
 from _machine import machine
 
 HERE = Path(__file__).resolve().parent
@@ -149,7 +150,7 @@ def run_check(corpus: Corpus) -> tuple[list[Finding], int, float]:
     """Findings of `maskcheck check` on the code base, the number of files it could not read,
     and the wall seconds it took."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "maskcheck", "check", "--format", "json",
+    proc = subprocess.run([*MASKCHECK, "check", "--format", "json",
                            "--exit-zero", "."], cwd=corpus.root, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     try:
@@ -227,9 +228,7 @@ def main() -> int:
                if (args.set == "all" or c.set == args.set)
                and (not args.corpus or c.name in args.corpus)]
     verdicts = load_verdicts()
-    import maskcheck
-
-    print(f"maskcheck from {Path(maskcheck.__file__).parent}")
+    print(f"maskcheck from {maskcheck_location()}")
     print(machine() + " (shared machine: compare ratios, not seconds)")
     by_set: dict[str, list[Finding]] = {}
     print(f"\n  {'code base':<32} {'set':<8} {'files':>6} {'unread.':>7} {'findings':>8} "

@@ -14,7 +14,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 CONTEXT = 6
 q = k = v = torch.randn(2, 2, CONTEXT, 8)
 mask = torch.triu(torch.ones(CONTEXT, CONTEXT), diagonal=1).bool()
-out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # expect: MC511 top
+out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # expect: MC511|MC521 top
 
 PAD_ID = 0
 EMB = 8
@@ -45,13 +45,13 @@ class GPTBlock(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         n = q.size(-2)
         mask_bool = self.mask.bool()[:n, :n]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bool, dropout_p=0.0)  # expect: MC511 method
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bool, dropout_p=0.0)  # expect: MC511|MC521 method
 
 
 mha = nn.MultiheadAttention(EMB, N_HEADS, batch_first=True)
 x = torch.randn(2, CONTEXT, EMB)
 keep_causal = torch.tril(torch.ones(CONTEXT, CONTEXT, dtype=torch.bool))
-y, _ = mha(x, x, x, attn_mask=keep_causal)  # expect: MC511 after-code
+y, _ = mha(x, x, x, attn_mask=keep_causal)  # expect: MC511|MC521 after-code
 
 
 def padded_attend(ids: torch.Tensor):

@@ -31,7 +31,7 @@ block = ff_block(D, FF)
 mha = nn.MultiheadAttention(D, H)
 x = torch.randn(SZ, 1, D)
 future_bool = tril(torch.ones(SZ, SZ, dtype=torch.bool), -1)  # expect: MC521 alias
-y, _ = mha(x, x, x, attn_mask=future_bool)
+y, _ = mha(x, x, x, attn_mask=future_bool)  # also: MC521
 
 
 class Decoder(nn.Module):
@@ -42,7 +42,7 @@ class Decoder(nn.Module):
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         n = tgt.size(0)
         tgt_mask = torch.ones(n, n).tril(-1).bool()  # expect: MC521 method
-        return self.layer(tgt, memory, tgt_mask=tgt_mask)
+        return self.layer(tgt, memory, tgt_mask=tgt_mask)  # also: MC521
 
 
 def nopeek(n: int):
