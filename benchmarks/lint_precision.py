@@ -223,6 +223,7 @@ def main() -> int:
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
+    ap.add_argument("--show", action="store_true", help="list every finding with its verdict")
     args = ap.parse_args()
     corpora = [c for c in load_corpora()
                if (args.set == "all" or c.set == args.set)
@@ -250,6 +251,10 @@ def main() -> int:
         everything.extend(findings)
     if len(by_set) > 1:
         print_table("all sets", everything, verdicts)
+    if args.show:
+        print("\nfindings:")
+        for f in everything:
+            print(f"  {f.key}  {verdicts.get(f.key, 'UNREAD')}")
     unread = [f for f in everything if f.key not in verdicts]
     if args.unread is not None:
         args.unread.write_text("".join(f"{f.key}\n    {f.message}\n{context(f)}\n\n"
