@@ -25,6 +25,7 @@ PYTHONPATH to measure a worktree). Exit status 0, or 2 when check fails to run.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import subprocess
@@ -63,6 +64,25 @@ def read_bugs(path: Path) -> list[Bug]:
             owner[3].add(number)
     return [Bug(path, n, codes.split("|")[0], frozenset(codes.split("|")), kind, frozenset(lines))
             for n, codes, kind, lines in found]
+
+
+def corpus_problems(files: list[Path]) -> list[str]:
+    """What is malformed in the corpus: a file without a docstring naming its source, a twin
+    with a marker, a buggy file without one or without its twin."""
+    problems = []
+    for path in files:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if "Source:" not in doc:
+            problems.append(f"{rel(path)}: the docstring does not say `Source:`")
+        marked = bool(read_bugs(path))
+        if path.name.endswith("_ok.py"):
+            if marked or "# expect" in path.read_text():
+                problems.append(f"{rel(path)}: a correct twin carries an `# expect:` marker")
+        elif not marked:
+            problems.append(f"{rel(path)}: a buggy file without an `# expect:` marker")
+        elif not path.with_name(path.stem + "_ok.py").exists() and path.parent == CORPUS:
+            problems.append(f"{rel(path)}: no correct twin {path.stem}_ok.py")
+    return problems
 
 
 def corpus_files(which: str) -> list[Path]:
@@ -107,6 +127,10 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="also list every missed bug")
     args = ap.parse_args()
     files = corpus_files(args.set)
+    problems = corpus_problems(files)
+    if problems:
+        print("\n".join(f"lint_recall: {p}" for p in problems), file=sys.stderr)
+        return 2
     print(f"maskcheck from {maskcheck_location()}; set {args.set}: {len(files)} files")
     findings = run_check(files)
     by_code, by_kind = Counter[str](), Counter[str]()
