@@ -224,10 +224,16 @@ def main() -> int:
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
     ap.add_argument("--show", action="store_true", help="list every finding with its verdict")
+    ap.add_argument("--download-only", action="store_true",
+                    help="fetch and unpack the code bases, run nothing (no finding is seen)")
     args = ap.parse_args()
     corpora = [c for c in load_corpora()
                if (args.set == "all" or c.set == args.set)
                and (not args.corpus or c.name in args.corpus)]
+    if args.download_only:
+        for corpus in corpora:
+            print(f"{corpus.name}=={corpus.version}: {unpack(corpus)}", flush=True)
+        return 0
     verdicts = load_verdicts()
     print(f"maskcheck from {maskcheck_location()}")
     print(machine() + " (shared machine: compare ratios, not seconds)")
