@@ -34,6 +34,8 @@ tokens = torch.randint(0, VOCAB, (2, SEQ))
 hidden = norm(embed(tokens))
 future = torch.ones(SEQ, SEQ, dtype=torch.bool)
 future = torch.triu(future)  # expect: MC503 after-code
+self_attn = nn.MultiheadAttention(DIM, 2, batch_first=True)
+out, _ = self_attn(hidden, hidden, hidden, attn_mask=future)  # also: MC503
 
 
 class Decoder(nn.Module):

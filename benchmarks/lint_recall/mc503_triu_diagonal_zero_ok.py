@@ -14,6 +14,9 @@ seed_mask = torch.triu(torch.ones(SEQ, SEQ) * float("-inf"), diagonal=1)
 
 future = torch.ones(SEQ, SEQ, dtype=torch.bool)
 future = torch.triu(future, 1)
+self_attn = nn.MultiheadAttention(32, 2, batch_first=True)
+hidden = torch.randn(2, SEQ, 32)
+out, _ = self_attn(hidden, hidden, hidden, attn_mask=future)
 keep_upper = torch.tril(torch.ones(SEQ, SEQ, dtype=torch.bool))
 
 
