@@ -47,8 +47,8 @@ class Attention(nn.Module):
         self.cache_v[:bsz, start_pos:start_pos + seqlen] = xv
         keys = self.cache_k[:bsz, : start_pos + seqlen].transpose(1, 2)
         values = self.cache_v[:bsz, : start_pos + seqlen].transpose(1, 2)
-        out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys, values, attn_mask=mask,
-                                             is_causal=True)  # expect: MC506 multiline
+        out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys, values, attn_mask=mask,  # expect: MC506 multiline
+                                             is_causal=True)  # also: MC506
         return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, -1))
 
     def forward_eager(self, x: torch.Tensor, pad_keep: torch.Tensor) -> torch.Tensor:

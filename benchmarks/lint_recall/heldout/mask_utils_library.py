@@ -47,7 +47,7 @@ class Masks:
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
     n = q.size(-2)
     future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
-    return fn.scaled_dot_product_attention(q, k, v, attn_mask=future, **kwargs)  # expect: MC511 decorated
+    return fn.scaled_dot_product_attention(q, k, v, attn_mask=future, **kwargs)  # expect: MC511|MC521 decorated
 
 
 @register("sdpa-padding")
