@@ -3,6 +3,7 @@ never a copy that happens to sit in the current directory."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -19,3 +20,12 @@ def maskcheck_location() -> str:
     if proc.returncode != 0:
         raise SystemExit("maskcheck is not importable: set PYTHONPATH to a worktree")
     return proc.stdout.strip()
+
+
+def source_rule_codes() -> set[str]:
+    """The codes of the source (lint) rules the measured maskcheck registers."""
+    proc = subprocess.run([*MASKCHECK, "rules", "--format", "json"], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"maskcheck rules failed: {proc.stderr.strip()[-300:]}")
+    return {rule["code"] for rule in json.loads(proc.stdout) if rule.get("kind") == "source"}

@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from _lint_bench import MASKCHECK, maskcheck_location
+from _lint_bench import MASKCHECK, maskcheck_location, source_rule_codes
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "lint_recall"
@@ -113,10 +113,12 @@ def rel(path: Path) -> str:
     return path.relative_to(HERE).as_posix()
 
 
-def table(title: str, hits: Counter[str], totals: Counter[str]) -> None:
+def table(title: str, hits: Counter[str], totals: Counter[str],
+          notes: dict[str, str] | None = None) -> None:
     print(f"\n{title:<14} {'bugs':>5} {'found':>6} {'recall':>7}")
     for key in sorted(totals):
-        print(f"{key:<14} {totals[key]:>5} {hits[key]:>6} {hits[key] / totals[key]:>7.0%}")
+        note = f"  {notes[key]}" if notes and key in notes else ""
+        print(f"{key:<14} {totals[key]:>5} {hits[key]:>6} {hits[key] / totals[key]:>7.0%}{note}")
     n, h = sum(totals.values()), sum(hits.values())
     print(f"{'all':<14} {n:>5} {h:>6} {(h / n if n else 0):>7.0%}")
 
@@ -136,6 +138,7 @@ def main() -> int:
     by_code, by_kind = Counter[str](), Counter[str]()
     hit_code, hit_kind = Counter[str](), Counter[str]()
     missed: list[Bug] = []
+    bugs: list[Bug] = []
     twin_alarms: list[str] = []
     other: list[str] = []
     for path in files:
@@ -145,6 +148,7 @@ def main() -> int:
             continue
         used: set[tuple[int, str]] = set()
         for bug in read_bugs(path):
+            bugs.append(bug)
             by_code[bug.code] += 1
             by_kind[bug.kind] += 1
             match = [(line, code) for line, code, _ in got
@@ -157,7 +161,12 @@ def main() -> int:
                 missed.append(bug)
         other += [f"{rel(path)}:{line}: {code} {msg}" for line, code, msg in got
                   if (line, code) not in used]
-    table("code", hit_code, by_code)
+    rules = source_rule_codes()
+    table("code", hit_code, by_code, {c: "(no such rule)" for c in by_code if c not in rules})
+    covered = [b for b in bugs if b.code in rules]
+    found = sum(1 for b in covered if b not in missed)
+    print(f"{'covered codes':<14} {len(covered):>5} {found:>6} "
+          f"{(found / len(covered) if covered else 0):>7.0%}  (bugs whose code is a rule here)")
     table("surroundings", hit_kind, by_kind)
     twins = sum(1 for p in files if p.name.endswith("_ok.py"))
     print(f"\nfalse alarms on {twins} correct twins: {len(twin_alarms)}")
