@@ -238,6 +238,7 @@ def main() -> int:
     print(f"maskcheck from {maskcheck_location()}")
     print(machine() + " (shared machine: compare ratios, not seconds)")
     by_set: dict[str, list[Finding]] = {}
+    totals: list[tuple[float, float]] = []
     print(f"\n  {'code base':<32} {'set':<8} {'files':>6} {'unread.':>7} {'findings':>8} "
           f"{'check s':>8}" + (f" {'ruff s':>7} {'ratio':>6}" if args.timing else ""))
     for corpus in corpora:
@@ -250,7 +251,12 @@ def main() -> int:
         if args.timing:
             ruff = ruff_seconds(corpus)
             row += f" {ruff:>7.2f} {seconds / ruff:>6.2f}" if ruff else "  (no ruff)"
+            totals.append((seconds, ruff or 0.0))
         print(row, flush=True)
+    if totals and all(r for _, r in totals):
+        check_s, ruff_s = sum(c for c, _ in totals), sum(r for _, r in totals)
+        print(f"  {'total':<32} {'':<8} {'':>6} {'':>7} {'':>8} {check_s:>8.2f} {ruff_s:>7.2f} "
+              f"{check_s / ruff_s:>6.2f}")
     everything: list[Finding] = []
     for name, findings in by_set.items():
         print_table(f"set {name}", findings, verdicts)
