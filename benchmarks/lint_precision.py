@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -146,12 +148,22 @@ def unpack(corpus: Corpus) -> Path:
     return corpus.root
 
 
-def run_check(corpus: Corpus) -> tuple[list[Finding], int, float]:
-    """Findings of `maskcheck check` on the code base, the number of files it could not read,
-    and the wall seconds it took."""
+def run_check(corpus: Corpus, timeout: float) -> tuple[list[Finding], int, float]:
+    """Findings of `maskcheck check` on the code base, the number of files it could not read
+    (-1: check did not finish within `timeout` seconds), and the wall seconds it took."""
     start = time.perf_counter()
-    proc = subprocess.run([*MASKCHECK, "check", "--format", "json",
-                           "--exit-zero", "."], cwd=corpus.root, capture_output=True, text=True)
+    # Own session: on a timeout the whole group (check and its worker processes) is ended.
+    with subprocess.Popen([*MASKCHECK, "check", "--format", "json", "--exit-zero", "."],
+                          cwd=corpus.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            # A hang is a result to report, not a reason to stop measuring the other code bases.
+            return [], -1, time.perf_counter() - start
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     seconds = time.perf_counter() - start
     try:
         report = json.loads(proc.stdout)
@@ -224,6 +236,8 @@ def main() -> int:
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
     ap.add_argument("--show", action="store_true", help="list every finding with its verdict")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds check may take on one code base (default 600)")
     ap.add_argument("--download-only", action="store_true",
                     help="fetch and unpack the code bases, run nothing (no finding is seen)")
     args = ap.parse_args()
@@ -239,15 +253,19 @@ def main() -> int:
     print(machine() + " (shared machine: compare ratios, not seconds)")
     by_set: dict[str, list[Finding]] = {}
     totals: list[tuple[float, float]] = []
+    timeouts: list[str] = []
     print(f"\n  {'code base':<32} {'set':<8} {'files':>6} {'unread.':>7} {'findings':>8} "
           f"{'check s':>8}" + (f" {'ruff s':>7} {'ratio':>6}" if args.timing else ""))
     for corpus in corpora:
         root = unpack(corpus)
-        findings, unreadable, seconds = run_check(corpus)
+        findings, unreadable, seconds = run_check(corpus, args.timeout)
         by_set.setdefault(corpus.set, []).extend(findings)
         files = sum(1 for p in root.rglob("*") if p.suffix in LINTED_SUFFIXES)
         row = (f"  {corpus.name + '==' + corpus.version:<32} {corpus.set:<8} {files:>6} "
                f"{unreadable:>7} {len(findings):>8} {seconds:>8.2f}")
+        if unreadable < 0:
+            row += f"  TIMEOUT: check did not finish in {args.timeout:.0f} s"
+            timeouts.append(corpus.name)
         if args.timing:
             ruff = ruff_seconds(corpus)
             row += f" {ruff:>7.2f} {seconds / ruff:>6.2f}" if ruff else "  (no ruff)"
@@ -271,6 +289,9 @@ def main() -> int:
     if args.unread is not None:
         args.unread.write_text("".join(f"{f.key}\n    {f.message}\n{context(f)}\n\n"
                                        for f in unread))
+    if timeouts:
+        print(f"\ncheck did not finish on: {', '.join(timeouts)}: no figure for them")
+        return 2
     if unread:
         print(f"\n{len(unread)} finding(s) have no verdict in {VERDICTS_FILE.name}: no precision "
               "figure may be reported" + (f"; listed in {args.unread}" if args.unread else
