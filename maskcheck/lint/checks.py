@@ -657,9 +657,17 @@ class Linter:
         elif isinstance(node.op, ast.Add):
             self._sum(node, clamped=_is_clamped(node, parent))
 
+    def _is_bool(self, node: ast.AST) -> bool:
+        """A comparison, `~x` or a value known to be bool."""
+        return isinstance(node, ast.Compare) or (
+            isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert)
+        ) or self.value(node).dtype == "bool"
+
     def _product(self, node: ast.BinOp) -> None:
         for big, other in ((node.left, node.right), (node.right, node.left)):
-            if self._is_large_negative(big) and mentions_mask(other):
+            # A bool tensor times a Python float is float32 (the default dtype) whatever the
+            # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
+            if self._is_large_negative(big) and mentions_mask(other) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
                     other)):
@@ -668,8 +676,10 @@ class Linter:
                             "float('-inf')) or torch.where")
             facts = self.value(big)
             # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
+            # So does one times a bool (transformers' `causal_mask *= arange > cache_position`:
+            # finfo.min * False = 0, finite).
             if facts.additive and _tensor_operand(other) and not self.value(
-                    other).zero_one and not mentions_mask(other):
+                    other).zero_one and not mentions_mask(other) and not self._is_bool(other):
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
