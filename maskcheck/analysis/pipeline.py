@@ -16,6 +16,7 @@ from maskcheck.io.base import TensorSource, element_size, rows_cols
 from maskcheck.model import FileReport, Report, Severity, TensorReport
 from maskcheck.rules.mask_rules import MaskContext, run_checks
 from maskcheck.selection import Selection
+from maskcheck.system import usable_cpus
 
 CAPTURE_APIS = ("sdpa", "mha")
 
@@ -259,14 +260,6 @@ def companion_real_keys(source: TensorSource, report: TensorReport) -> np.ndarra
 
 
 Progress = Callable[[int, int], None]
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on: the bound for --jobs (more workers only cost memory)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _size(path: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Sequence
 
 from maskcheck.errors import FileProblem
@@ -13,6 +12,7 @@ from maskcheck.lint.prefilter import worth_parsing
 from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
+from maskcheck.system import usable_cpus
 
 # Below this many files one process is faster than starting workers.
 PARALLEL_MIN_FILES = 48
@@ -139,7 +139,9 @@ def lint_files(
     items: Sequence[tuple[str, frozenset[str]]], *, jobs: int | None = None
 ) -> list[FileReport]:
     """Lint (path, enabled codes) pairs; results come back in the same order."""
-    workers = min(jobs or os.cpu_count() or 1, max(1, len(items) // (PARALLEL_MIN_FILES // 2)))
+    # --jobs is bounded by the CPUs this process may use: more workers only cost memory.
+    workers = min(jobs or usable_cpus(), usable_cpus(),
+                  max(1, len(items) // (PARALLEL_MIN_FILES // 2)))
     if workers <= 1 or len(items) < PARALLEL_MIN_FILES:
         return _lint_batch(items)
     # Interleaved batches balance big and small files without per-file round trips.

@@ -154,3 +154,25 @@ def test_parallel_results_keep_order(tmp_path: Path) -> None:
     assert [r.path for r in parallel] == [p for p, _ in items]
     assert [len(r.findings) for r in parallel] == [len(r.findings) for r in serial]
     assert sum(len(r.findings) for r in parallel) == 20
+
+
+def test_jobs_is_bounded_by_the_usable_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `check -j 1000` must not start 1000 processes: with one usable CPU no pool is started.
+    import concurrent.futures
+
+    import maskcheck.lint.runner as runner
+
+    files = []
+    for i in range(120):
+        f = tmp_path / f"m{i}.py"
+        f.write_text("import torch\nm = torch.triu(torch.full((4, 4), float('-inf')))\n")
+        files.append((str(f), frozenset({"MC503"})))
+
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    reports = runner.lint_files(files, jobs=1000)
+    assert [r.path for r in reports] == [p for p, _ in files]
+    assert all([f.code for f in r.findings] == ["MC503"] for r in reports)
