@@ -156,7 +156,9 @@ def test_parallel_results_keep_order(tmp_path: Path) -> None:
     assert sum(len(r.findings) for r in parallel) == 20
 
 
-def test_jobs_is_bounded_by_the_usable_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_is_bounded_by_the_usable_cpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # `check -j 1000` must not start 1000 processes: with one usable CPU no pool is started.
     import concurrent.futures
 
