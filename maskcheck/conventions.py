@@ -7,6 +7,7 @@ Facts come from ../shared/reference/conventions.md (torch 2.13, transformers 5.2
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -231,6 +232,7 @@ def padding_fix(api: str) -> str:
     return "expand the padding mask over keys: mask[:, None, None, :]"
 
 
+@functools.lru_cache(maxsize=1)  # metadata lookups cost ~1 ms; the guard asks on every call
 def installed_torch_version() -> tuple[int, int] | None:
     """The installed torch's (major, minor), read from package metadata (no import)."""
     from importlib import metadata
