@@ -125,7 +125,8 @@ class guard:
         self.reports: list[GuardReport] = []
         self._by_key: dict[tuple[str, str, str, str], GuardReport] = {}
         # The mask is kept in its entry so that its id cannot be reused while cached.
-        self._cache: dict[tuple[int, int, str, int], tuple[Any, list[Finding], Any]] = {}
+        self._cache: dict[tuple[int, int, str, str, str | None, int],
+                          tuple[Any, list[Finding], Any]] = {}
         self._by_content: dict[tuple[Any, ...], list[Finding]] = {}
         self._layer = Interceptor(self._handle)
 
@@ -185,8 +186,10 @@ class guard:
     def _cached(self, mask: Any, version: int, name: str, api: str,
                 query_dtype: str | None, key_padding: torch.Tensor | None = None
                 ) -> list[Finding]:
-        # A companion key padding mask changes the pad-query verdict: it is part of the key.
-        key = (id(mask), version, api, id(key_padding) if key_padding is not None else 0)
+        # Everything the analysis reads is part of the key: the name (a name hint), the API, the
+        # query dtype (MC020) and the companion key padding mask (the pad-query verdict).
+        key = (id(mask), version, name, api, query_dtype,
+               id(key_padding) if key_padding is not None else 0)
         hit = self._cache.get(key)
         if hit is None or hit[0] is not mask or hit[2] is not key_padding:
             real = None
@@ -217,9 +220,9 @@ class guard:
                 return []
         real = None if real_keys is None else real_keys.cpu().numpy()
         # Models build a new mask object every forward; equal bytes give equal findings (the
-        # analysis is a function of bytes, shape, dtype, api, query dtype, companion and
+        # analysis is a function of name, bytes, shape, dtype, api, query dtype, companion and
         # selection), so a mask equal to one seen in this block reuses its findings.
-        content = (source.shape, source.dtype, api, query_dtype, _digest(source.array),
+        content = (name, source.shape, source.dtype, api, query_dtype, _digest(source.array),
                    None if real is None else _digest(real))
         known = self._by_content.get(content)
         if known is None:

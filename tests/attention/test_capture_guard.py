@@ -127,3 +127,18 @@ def test_guard_stays_quiet_on_correct_calls() -> None:
             for _ in range(3):
                 F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
     assert g.calls.total == 3 and not g.findings
+
+
+def test_guard_reuses_an_analysis_only_for_the_same_query_dtype() -> None:
+    # One -1e9 mask object used by a float32 call, then by a float16 call in the same block:
+    # MC020 (the masked value overflows the query's dtype) must still be found on the second.
+    import torch.nn.functional as F
+
+    mask = torch.zeros(4, 4)
+    mask[:, 3] = -1e9
+    q32 = torch.randn(1, 1, 4, 8)
+    with warnings.catch_warnings(record=True) as caught, maskcheck.guard(fail_on="info"):
+        warnings.simplefilter("always")
+        for q in (q32, q32.half()):
+            F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    assert any("MC020" in str(w.message) for w in caught)
