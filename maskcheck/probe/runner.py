@@ -254,18 +254,22 @@ class _ProbeRun:
         original = target.implementation()
         pairs: list[tuple[str, Run, Run]] = []
         errors: list[str] = []
+        unsupported: set[str] = set()
         try:
             for side, base in bases.items():
                 runs: dict[str, Run] = {}
                 for impl in IMPLEMENTATIONS:
                     try:
                         target.set_implementation(impl)
-                    except TargetCallError as e:
-                        errors.append(f"{impl}: {e}")
+                    except TargetCallError:
+                        unsupported.add(impl)  # the model refuses it: nothing to compare
                         continue
                     runs[impl] = self.prober.run(f"{side}-padded batch, {impl}", base.layout)
-                    if runs[impl].error:
-                        errors.append(f"{impl}: {runs[impl].error}")
+                    error = runs[impl].error
+                    if error and _REFUSED_IMPL in error:  # e.g. Gemma2 refuses sdpa on forward
+                        unsupported.add(impl)
+                    elif error:
+                        errors.append(f"{impl}: {error}")
                 ok = {k: v for k, v in runs.items() if v.out is not None}
                 if "eager" in ok:
                     pairs += [(f"{impl} vs eager ({side} padding)", ok["eager"], run)
@@ -276,6 +280,12 @@ class _ProbeRun:
         check = checks.check_agreement(
             "implementations", pairs, code="MC076", tolerance=tol, errors=errors,
             what="eager and sdpa agree on every real output")
+        if not pairs and not errors:
+            ran = ", ".join(sorted(set(IMPLEMENTATIONS) - unsupported)) or "none"
+            check = skipped("implementations", "MC076", None,
+                            f"the model runs only {ran} of eager/sdpa: nothing to compare")
+        if unsupported:
+            check.message += f"; not supported by this model: {', '.join(sorted(unsupported))}"
         check.message += ("; flex_attention not run: on CPU it compiles with torch.compile "
                           "first (tens of seconds)")
         self.add(check)
@@ -317,6 +327,10 @@ def unpack(packed: Any, base: Run) -> Run:
         start += n
     keep = torch.tensor(right.keep(), dtype=torch.bool)
     return Run("packed", right, keep, out)
+
+
+# transformers' words when a model refuses an attention implementation at its forward.
+_REFUSED_IMPL = "does not support an attention implementation"
 
 
 def skipped(name: str, code: str, side: str | None, why: str) -> CheckResult:

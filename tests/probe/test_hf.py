@@ -34,6 +34,14 @@ def test_stock_models_are_clean(target: str, intent: str) -> None:
     assert status[("packed", None)] == expected_packed
 
 
+def test_a_model_that_refuses_sdpa_has_nothing_to_compare_not_an_error() -> None:
+    # Gemma2 in transformers 5.24 raises on forward with sdpa: not a probe error.
+    report = maskcheck.probe("hf:gemma2", "causal", **SMALL)
+    assert report.findings == [] and failed(report) == []
+    impl = next(c for c in report.checks if c.name == "implementations")
+    assert impl.status == "skipped" and "not supported by this model: sdpa" in impl.message
+
+
 def test_a_causal_model_probed_as_bidirectional_shows_blind_spots() -> None:
     # The intent is declared, never guessed: declaring llama bidirectional makes every later
     # real position a position that "should" influence and does not.
