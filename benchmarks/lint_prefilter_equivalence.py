@@ -1,7 +1,7 @@
 """Check that the linter's parsing shortcut keeps every finding: over every `.py` file under
 the given trees (default: the installed transformers and torch packages), compare the hits of
-`find_hits` with the shortcut (file pre-filter + only the top-level statements that can
-matter) against a full parse and walk of every file.
+`find_hits` with the shortcut (the per-rule text pre-filter, which skips a file no enabled
+rule can match) against a full parse and walk of every file.
 
     python benchmarks/lint_prefilter_equivalence.py [TREE ...]
 
