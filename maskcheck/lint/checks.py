@@ -395,7 +395,7 @@ class Linter:
         fields_of, leaves = _FIELDS_CACHE, _LEAVES
         while stack:
             node, parent = pop()
-            if type(node) is _Exit:
+            if isinstance(node, _Exit):
                 self._exit(node)
                 continue
             kind = type(node)
