@@ -12,7 +12,7 @@ import ast
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
@@ -61,6 +61,15 @@ _SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
+# Roots of GPU-kernel languages written in Python syntax (Triton, CuTe DSL, TileLang, Numba,
+# Pallas, Helion): a function they decorate is not torch code (`1 - mask` on a Triton int1
+# tensor is valid Triton; vllm's minimax_m3 index_topk kernels).
+_KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "T", "numba", "nb", "cuda", "pl",
+                          "helion"})
+_KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel"})
+# Fills that raise on a float16 tensor (value cannot be converted without overflow).
+_RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
+                            "fill_"})
 # A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
 _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 
@@ -90,6 +99,7 @@ class _Scope:
     name: str = ""
     no_grad: bool = False
     fp16_guard: bool = False
+    kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
     values: dict[str, Value] = field(default_factory=dict)
     bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
@@ -131,6 +141,18 @@ def decorated_no_grad(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for dec in node.decorator_list:
         target = dec.func if isinstance(dec, ast.Call) else dec
         if last_name(target) in _NO_GRAD:
+            return True
+    return False
+
+
+def decorated_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`@triton.jit`, `@triton.autotune(...)`, `@cute.kernel`, a bare `@jit`: a GPU kernel."""
+    for dec in node.decorator_list:
+        name = dotted(dec.func if isinstance(dec, ast.Call) else dec)
+        if name is None:
+            continue
+        parts = name.split(".")
+        if parts[0] in _KERNEL_DSLS or (len(parts) == 1 and parts[0] in _KERNEL_DECORATORS):
             return True
     return False
 
@@ -305,7 +327,12 @@ class Linter:
         self.hits: list[Hit] = []
         self.scopes: list[_Scope] = [_Scope("module")]
         self._lines: list[str] | None = None
-        self.fp32_only = _is_test_path(path) and _HALF_WORDS.search(source) is None
+        self.test_module = _is_test_path(path)
+        self.fp32_only = self.test_module and _HALF_WORDS.search(source) is None
+        # If/else joins (see `_enter_if`): the body's last assignment of a name -> the name,
+        # and the value it left.
+        self._branch_marks: dict[int, str] = {}
+        self._branch_values: dict[int, Value] = {}
 
     @property
     def scope(self) -> _Scope:
@@ -376,7 +403,7 @@ class Linter:
             self.scope.values.pop(name, None)
 
     def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
-        if code in self.enabled:
+        if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
                                  getattr(node, "end_lineno", None) or line, message, edit))
@@ -437,6 +464,14 @@ class Linter:
         if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
+        # The walk reads the else branch after the body, so a name bound in both would keep the
+        # else branch's value (coqui's bark: `is_causal = False` with a cache, else True).
+        # After the if, such a name holds only the facts both branches agree on.
+        joined = _bound_in_both_branches(node)
+        if joined:
+            for name, stmt in joined.items():
+                self._branch_marks[id(stmt)] = name
+            stack.append((_Exit("join", node), None))
 
     def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, (ast.With, ast.AsyncWith))
@@ -456,7 +491,9 @@ class Linter:
         if name:
             self.scope.assigned.add(name)
             self.scope.values.pop(name, None)
-        scope = _Scope("function", name=name, no_grad=no_grad)
+        kernel = self.scope.kernel or (
+            not isinstance(node, ast.Lambda) and decorated_kernel(node))
+        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel)
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -474,6 +511,9 @@ class Linter:
         if marker.what == "fp16_guard":
             self.scope.fp16_guard = False
             return
+        if marker.what == "join":
+            self._join_branches(marker.node)
+            return
         done = self.scopes.pop()
         if done.kind == "class":
             for attr, call in done.self_fills:
@@ -481,9 +521,19 @@ class Linter:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
                                 "fill of a tensor that requires grad; use masked_fill")
 
+    def _join_branches(self, node: ast.AST | None) -> None:
+        assert isinstance(node, ast.If)
+        for name, stmt in _bound_in_both_branches(node).items():
+            self._branch_marks.pop(id(stmt), None)
+            body = self._branch_values.pop(id(stmt), UNKNOWN)
+            self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
+
     def _bind_statement(self, node: ast.AST | None) -> None:
         if isinstance(node, ast.Assign):
             self._assign(node)
+            name = self._branch_marks.get(id(node))
+            if name is not None:
+                self._branch_values[id(node)] = self.scope.values.get(name, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
         elif isinstance(node, ast.AugAssign):
@@ -820,6 +870,10 @@ class Linter:
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
         if self.scope.fp16_guard or self.fp32_only:
             return  # the code has an fp16 branch (xlnet: `65500 if fp16 else 1e30`), or no fp16
+        if self.test_module and where in _RAISING_FILLS:
+            # A test that reached this fill in float16 would fail on its first run: what is
+            # left in tests is a float32 reference's sentinel (vllm's kernel tests).
+            return
         if target is not None and self.value(target).dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
         text = self._text(value)
@@ -1096,6 +1150,45 @@ def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     before = lines[end_line - 1].encode()[:end_col - 1].decode("utf-8", "replace").rstrip()
     sep = ", " if (call.args or call.keywords) and not before.endswith(",") else ""
     return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
+
+
+def _stored_names(stmt: ast.stmt) -> set[str]:
+    """Names a statement binds in its own scope (not inside nested functions or classes)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif node is not stmt and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                    ast.ClassDef, ast.Lambda)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _bound_in_both_branches(node: ast.If) -> dict[str, ast.Assign]:
+    """Names bound in both branches of an if/else -> the body's last statement binding it,
+    when that is a plain assignment to the name (the value the body leaves)."""
+    if not node.orelse:
+        return {}
+    in_else: set[str] = set()
+    for stmt in node.orelse:
+        in_else |= _stored_names(stmt)
+    last: dict[str, ast.stmt] = {}
+    for stmt in node.body:
+        for name in _stored_names(stmt) & in_else:
+            last[name] = stmt
+    return {name: stmt for name, stmt in last.items() if isinstance(stmt, ast.Assign) and any(
+        isinstance(target, ast.Name) and target.id == name for target in stmt.targets)}
+
+
+def _join(a: Value, b: Value) -> Value:
+    """The facts two values share (what is known after either branch ran)."""
+    if a == b:
+        return a
+    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                    if getattr(a, f.name) == getattr(b, f.name)})
 
 
 def _is_test_path(path: str) -> bool:
