@@ -4,11 +4,12 @@
                                         [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in the
-"dev", the "heldout" or the "fresh" set); what is missing is downloaded into benchmarks/_work/ (git-ignored)
-and checked against its sha256. `maskcheck check --format json` runs with the maskcheck that this
-Python imports (set PYTHONPATH to measure a worktree). Every finding is matched against
-benchmarks/lint_verdicts.json, whose keys are `codebase/path:line:code` and whose values start
-with `real:` or `false:` followed by a one-line reason, written by a person who read the code.
+"dev", the "heldout" or the "fresh" set); what is missing is downloaded into benchmarks/_work/
+(git-ignored) and checked against its sha256. `maskcheck check --format json` runs with the
+maskcheck that this Python imports (set PYTHONPATH to measure a worktree). Every finding is
+matched against benchmarks/lint_verdicts.json, whose keys are `codebase/path:line:code` and
+whose values start with `real:` or `false:` followed by a one-line reason, written by a person
+who read the code.
 
 Exit status: 0 when every finding has a verdict, 1 when some finding is unread (no precision
 figure may be reported then; `--unread FILE` writes each one with its source lines for reading),
