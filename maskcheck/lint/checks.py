@@ -100,6 +100,8 @@ class _Scope:
     no_grad: bool = False
     fp16_guard: bool = False
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
+    params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
+    method: bool = False  # a function defined in a class body (called as self.name(...))
     values: dict[str, Value] = field(default_factory=dict)
     bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
@@ -107,6 +109,15 @@ class _Scope:
     param_attrs: set[str] = field(default_factory=set)  # class scopes: self.X = nn.Parameter
     buffer_attrs: set[str] = field(default_factory=set)  # class scopes: register_buffer("X")
     self_fills: list[tuple[str, ast.Call]] = field(default_factory=list)
+
+
+class _Param(NamedTuple):
+    """A function's parameter, as its callers pass it: `position` counts after `self`."""
+
+    function: str
+    method: bool
+    position: int
+    name: str
 
 
 class _Exit(NamedTuple):
@@ -333,6 +344,11 @@ class Linter:
         # and the value it left.
         self._branch_marks: dict[int, str] = {}
         self._branch_values: dict[int, Value] = {}
+        # MC501 on a function's own parameter: kept only if a call in this file may pass a
+        # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
+        # parameters asked about -> the dtypes the calls pass.
+        self.param_hits: list[tuple[Hit, _Param]] = []
+        self.calls_to: dict[_Param, list[str | None]] | None = None
 
     @property
     def scope(self) -> _Scope:
@@ -493,7 +509,9 @@ class Linter:
             self.scope.values.pop(name, None)
         kernel = self.scope.kernel or (
             not isinstance(node, ast.Lambda) and decorated_kernel(node))
-        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel)
+        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel,
+                       params=tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args]),
+                       method=self.scope.kind == "class")
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -555,6 +573,8 @@ class Linter:
     # --- node handlers ---
 
     def _call(self, call: ast.Call, parent: ast.AST | None) -> None:
+        if self.calls_to is not None:
+            self._record_call(call)
         name = call_name(call, self.lookup)
         if name is None:
             return
@@ -879,8 +899,37 @@ class Linter:
         text = self._text(value)
         v = number(value, self.lookup)
         shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
+        before = len(self.hits)
         self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
                     "65504): use torch.finfo(dtype).min or float('-inf')")
+        param = self._own_parameter(target)
+        if param is not None and len(self.hits) > before:
+            self.param_hits.append((self.hits[-1], param))
+
+    def _own_parameter(self, node: ast.AST | None) -> _Param | None:
+        """The enclosing function's parameter that `node` still is (not rebound), if any."""
+        scope = self.scope
+        if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.name
+                and node.id in scope.params and node.id not in scope.assigned):
+            return None
+        index = scope.params.index(node.id) - (1 if scope.method else 0)
+        return None if index < 0 else _Param(scope.name, scope.method, index, node.id)
+
+    def _record_call(self, call: ast.Call) -> None:
+        """In the pass that reads calls: the dtype each asked-about parameter receives."""
+        assert self.calls_to is not None
+        func = call.func
+        if isinstance(func, ast.Name):
+            name, method = func.id, False
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+                func.value.id in {"self", "cls"}):
+            name, method = func.attr, True
+        else:
+            return
+        for param, dtypes in self.calls_to.items():
+            if param.function == name and param.method == method:
+                arg = argument(call, param.position, param.name)
+                dtypes.append(None if arg is None else self.value(arg).dtype)
 
     # --- MC502 / MC511 ---
 
@@ -1200,4 +1249,22 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    return Linter(enabled, source, path).run(tree)
+    linter = Linter(enabled, source, path)
+    hits = linter.run(tree)
+    if linter.param_hits:
+        hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
+    return hits
+
+
+def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,
+                             param_hits: list[tuple[Hit, _Param]], hits: list[Hit]) -> list[Hit]:
+    """Drop MC501 on a helper's parameter when the file calls the helper and every call passes
+    a float32 tensor (sentence-transformers' `_fill_empty_document_scores(scores, empty)` is
+    only ever given upcast scores). A second walk reads the calls with the values bound there;
+    it runs only for files with such a finding."""
+    reader = Linter(enabled, source, path)
+    reader.calls_to = {param: [] for _, param in param_hits}
+    reader.run(tree)
+    dropped = {id(hit) for hit, param in param_hits
+               if reader.calls_to[param] and all(d == "fp32" for d in reader.calls_to[param])}
+    return [hit for hit in hits if id(hit) not in dropped]

@@ -23,11 +23,12 @@ _KEEPS_VALUES = frozenset({
     "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
 })
-# Elementwise functions that keep a float tensor's dtype (not its mask facts): an upcast
-# survives them (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`).
+# Functions that keep a float tensor's dtype (not its mask facts): an upcast survives them
+# (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`,
+# sentence-transformers' `scores.max(dim=-1).values.float()` then `.sum(dim=-1)`).
 _KEEPS_DTYPE = frozenset({
     "clamp", "clamp_", "clamp_min", "clamp_max", "clip", "nan_to_num", "nan_to_num_", "abs",
-    "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square",
+    "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square", "sum", "mean",
 })
 # Comparison methods: a bool result.
 _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
@@ -508,7 +509,9 @@ def _describe_factory(
 ) -> Value | None:
     """torch.ones / full / triu / cat / where ... called as functions."""
     # torch.zeros/ones/empty/rand with no dtype are float32 (torch's default dtype).
-    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} else None
+    # Only without a dtype= argument: `dtype=x.dtype` follows x, which may be float16.
+    no_dtype = kwarg(call, "dtype") is None
+    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} and no_dtype else None
     if name in _ONES_FUNCS:
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
@@ -525,8 +528,8 @@ def _describe_factory(
             return None
         if is_true(fill):
             return Value(dtype="bool")
-        dtype = dtype_kw or ("fp32" if name == "full" and number(fill, lookup) is not None
-                             else None)
+        dtype = dtype_kw or ("fp32" if name == "full" and no_dtype
+                             and number(fill, lookup) is not None else None)
         return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
                      finfo_min=is_finfo_min(fill, lookup))
     if name in {"triu", "tril"}:
@@ -560,12 +563,15 @@ def _describe_factory(
     if name in {"softmax", "log_softmax"} and call.args:
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
     if name in _KEEPS_DTYPE and call.args:
-        return _float_dtype_of(describe(call.args[0], lookup))
+        return _float_dtype_of(describe(call.args[0], lookup), call)
     return None
 
 
-def _float_dtype_of(value: Value) -> Value | None:
-    return Value(dtype=value.dtype) if value.dtype in {"fp32", "half"} else None
+def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
+    """A float result's dtype: `dtype=` if given (`x.sum(dtype=torch.float32)`), else the
+    input's when it is a float one (an int or bool sum is int64: not followed)."""
+    dtype = dtype_of(kwarg(call, "dtype")) or value.dtype
+    return Value(dtype=dtype) if dtype in {"fp32", "half"} else None
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
@@ -651,7 +657,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in {"softmax", "log_softmax"}:
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
     if name in _KEEPS_DTYPE:
-        return _float_dtype_of(base) or UNKNOWN
+        return _float_dtype_of(base, call) or UNKNOWN
     if name in {"fill_", "zero_"} or name in {"sum", "mean", "max", "min"}:
         return UNKNOWN
     if name == "attention_mask" or name == "get":

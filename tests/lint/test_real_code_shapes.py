@@ -71,3 +71,57 @@ def test_a_flag_set_in_one_branch_only_keeps_its_evidence(tmp_path: Path) -> Non
               "        k = torch.cat([past_k, k], dim=-2)\n        causal = True\n"
               "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
     assert _codes(tmp_path / "attend.py", source) == ["MC510"]
+
+
+# sentence-transformers util/similarity.py:549: a helper whose every caller passes float32.
+HELPER = '''import torch
+
+
+def maxsim(a, b, b_mask):
+    scores = torch.einsum("bsh,bth->bst", a, b)
+    scores = scores.max(dim=-1).values.float()
+    scores = scores.sum(dim=-1)
+    if b_mask is not None:
+        scores = _fill_empty(scores, ~b_mask.bool().any(dim=-1))
+    return scores
+
+
+def _fill_empty(scores, empty):
+    return scores.masked_fill(empty, -1e9)
+
+
+class Scorer:
+    def empty_docs(self, n, empty):
+        return _fill_empty(torch.zeros(n, dtype=torch.DTYPE), empty)
+'''
+
+
+def test_a_helper_given_float32_by_every_caller_is_silent(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "similarity.py", HELPER.replace("DTYPE", "float32")) == []
+
+
+def test_a_helper_given_float16_by_one_caller_is_reported(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "similarity.py", HELPER.replace("DTYPE", "float16")) == ["MC501"]
+
+
+def test_a_helper_nobody_in_the_file_calls_is_reported(tmp_path: Path) -> None:
+    source = "import torch\n\n\ndef _fill_empty(scores, empty):\n" + (
+        "    return scores.masked_fill(empty, -1e9)\n")
+    assert _codes(tmp_path / "fill.py", source) == ["MC501"]
+
+
+def test_a_dtype_that_is_not_known_is_not_float32(tmp_path: Path) -> None:
+    # `torch.zeros(n, dtype=x.dtype)` follows x: only a missing dtype= means torch's default.
+    source = HELPER.replace("torch.DTYPE", "scores_dtype").replace(
+        "def empty_docs(self, n, empty)", "def empty_docs(self, n, empty, scores_dtype)")
+    assert _codes(tmp_path / "similarity.py", source) == ["MC501"]
+
+
+def test_a_method_given_float32_through_self_is_silent(tmp_path: Path) -> None:
+    source = ("import torch\n\n\nclass Head:\n"
+              "    def _fill(self, logits, pad):\n"
+              "        return logits.masked_fill(pad, -1e9)\n\n"
+              "    def forward(self, x, pad):\n"
+              "        return self._fill(x.float(), pad)\n")
+    assert _codes(tmp_path / "head.py", source) == []
+    assert _codes(tmp_path / "head2.py", source.replace("x.float()", "x")) == ["MC501"]
