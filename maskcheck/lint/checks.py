@@ -344,6 +344,7 @@ class Linter:
         # and the value it left.
         self._branch_marks: dict[int, str] = {}
         self._branch_values: dict[int, Value] = {}
+        self._joins: dict[int, dict[str, ast.Assign]] = {}
         # MC501 on a function's own parameter: kept only if a call in this file may pass a
         # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
         # parameters asked about -> the dtypes the calls pass.
@@ -483,10 +484,11 @@ class Linter:
         # The walk reads the else branch after the body, so a name bound in both would keep the
         # else branch's value (coqui's bark: `is_causal = False` with a cache, else True).
         # After the if, such a name holds only the facts both branches agree on.
-        joined = _bound_in_both_branches(node)
+        joined = _body_assignments(node)
         if joined:
             for name, stmt in joined.items():
                 self._branch_marks[id(stmt)] = name
+            self._joins[id(node)] = joined
             stack.append((_Exit("join", node), None))
 
     def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
@@ -541,7 +543,7 @@ class Linter:
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
-        for name, stmt in _bound_in_both_branches(node).items():
+        for name, stmt in self._joins.pop(id(node)).items():
             self._branch_marks.pop(id(stmt), None)
             body = self._branch_values.pop(id(stmt), UNKNOWN)
             self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
@@ -1201,35 +1203,57 @@ def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
 
 
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers")
+
+
 def _stored_names(stmt: ast.stmt) -> set[str]:
-    """Names a statement binds in its own scope (not inside nested functions or classes)."""
+    """Names a statement binds in its own scope, read from statements only (an expression
+    binds a name only through `:=`, which the value table does not follow either)."""
     names: set[str] = set()
     todo: list[ast.AST] = [stmt]
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif node is not stmt and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                    ast.ClassDef, ast.Lambda)):
-            continue
-        todo.extend(ast.iter_child_nodes(node))
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue  # its body is another scope
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for field_name in _STATEMENT_LISTS:
+            todo.extend(getattr(node, field_name, ()))
     return names
 
 
-def _bound_in_both_branches(node: ast.If) -> dict[str, ast.Assign]:
-    """Names bound in both branches of an if/else -> the body's last statement binding it,
-    when that is a plain assignment to the name (the value the body leaves)."""
+def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
+    """Names an if/else body binds last with a plain assignment -> that statement (the value
+    the body leaves); joined with the value after the else branch."""
     if not node.orelse:
         return {}
-    in_else: set[str] = set()
-    for stmt in node.orelse:
-        in_else |= _stored_names(stmt)
-    last: dict[str, ast.stmt] = {}
+    last: dict[str, ast.Assign] = {}  # cheap first: top-level `name = ...` in the body
     for stmt in node.body:
-        for name in _stored_names(stmt) & in_else:
-            last[name] = stmt
-    return {name: stmt for name, stmt in last.items() if isinstance(stmt, ast.Assign) and any(
-        isinstance(target, ast.Name) and target.id == name for target in stmt.targets)}
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    last[target.id] = stmt
+    # A name the else branch leaves alone keeps the body's value, so joining it changes
+    # nothing: no need to find out which names the else branch binds.
+    if last:  # a later body statement that binds the name again leaves another value
+        position = {name: node.body.index(stmt) for name, stmt in last.items()}
+        for index in range(min(position.values()) + 1, len(node.body)):
+            for name in _stored_names(node.body[index]) & last.keys():
+                if index > position[name]:
+                    del last[name]
+    return last
 
 
 def _join(a: Value, b: Value) -> Value:
