@@ -64,9 +64,10 @@ _MHA_ATTN_MASK_INDEX = 5
 # Roots of GPU-kernel languages written in Python syntax (Triton, CuTe DSL, TileLang, Numba,
 # Pallas, Helion): a function they decorate is not torch code (`1 - mask` on a Triton int1
 # tensor is valid Triton; vllm's minimax_m3 index_topk kernels).
-_KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "T", "numba", "nb", "cuda", "pl",
-                          "helion"})
-_KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel"})
+_KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "numba", "nb", "pl", "helion"})
+# ... and the last names of their decorators under another root (`@cuda.jit`, `@T.prim_func`),
+# never under torch's (`@torch.jit.script` is TorchScript: torch code).
+_KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel", "prim_func"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
@@ -157,13 +158,15 @@ def decorated_no_grad(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def decorated_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """`@triton.jit`, `@triton.autotune(...)`, `@cute.kernel`, a bare `@jit`: a GPU kernel."""
+    """`@triton.jit`, `@triton.autotune(...)`, `@cute.kernel`, `@cuda.jit`, a bare `@jit`: a GPU
+    kernel. `@T.no_grad()` (torch imported as T) is not one."""
     for dec in node.decorator_list:
         name = dotted(dec.func if isinstance(dec, ast.Call) else dec)
         if name is None:
             continue
         parts = name.split(".")
-        if parts[0] in _KERNEL_DSLS or (len(parts) == 1 and parts[0] in _KERNEL_DECORATORS):
+        if parts[0] in _KERNEL_DSLS or (parts[-1] in _KERNEL_DECORATORS and parts[0] not in {
+                "torch", "th"}):
             return True
     return False
 

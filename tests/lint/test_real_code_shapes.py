@@ -125,3 +125,12 @@ def test_a_method_given_float32_through_self_is_silent(tmp_path: Path) -> None:
               "        return self._fill(x.float(), pad)\n")
     assert _codes(tmp_path / "head.py", source) == []
     assert _codes(tmp_path / "head2.py", source.replace("x.float()", "x")) == ["MC501"]
+
+
+def test_kernel_decorators_are_told_from_torch_ones(tmp_path: Path) -> None:
+    body = ("def f(scores, keep):\n    m = keep.bool()\n    return scores * (1 - m)\n")
+    for decorator in ("@cuda.jit", "@T.prim_func", "@jit", "@triton.autotune(configs=[])"):
+        assert _codes(tmp_path / "k.py", f"import torch\n\n\n{decorator}\n{body}") == [], decorator
+    for decorator in ("@T.no_grad()", "@torch.jit.script", "@th.jit.ignore"):
+        source = f"import torch as T\nimport torch as th\nimport torch\n\n\n{decorator}\n{body}"
+        assert _codes(tmp_path / "t.py", source) == ["MC512"], decorator
