@@ -171,6 +171,12 @@ def decorated_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
+def _is_static(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> bool:
+    """A @staticmethod: its callers' arguments start at its first parameter (no self)."""
+    return not isinstance(node, ast.Lambda) and any(
+        last_name(dec) == "staticmethod" for dec in node.decorator_list)
+
+
 def with_no_grad(node: ast.With | ast.AsyncWith) -> bool:
     for item in node.items:
         expr = item.context_expr
@@ -516,7 +522,7 @@ class Linter:
             not isinstance(node, ast.Lambda) and decorated_kernel(node))
         scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel,
                        params=tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args]),
-                       method=self.scope.kind == "class")
+                       method=self.scope.kind == "class" and not _is_static(node))
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:

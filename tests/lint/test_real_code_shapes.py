@@ -134,3 +134,14 @@ def test_kernel_decorators_are_told_from_torch_ones(tmp_path: Path) -> None:
     for decorator in ("@T.no_grad()", "@torch.jit.script", "@th.jit.ignore"):
         source = f"import torch as T\nimport torch as th\nimport torch\n\n\n{decorator}\n{body}"
         assert _codes(tmp_path / "t.py", source) == ["MC512"], decorator
+
+
+def test_a_staticmethod_is_matched_to_its_callers_without_self(tmp_path: Path) -> None:
+    source = ("import torch\n\n\nclass Head:\n"
+              "    @staticmethod\n"
+              "    def _fill(pad, logits):\n"
+              "        return logits.masked_fill(pad, -1e9)\n\n"
+              "    def forward(self, x, pad):\n"
+              "        return self._fill(pad.float(), x)\n")
+    # The float32 argument is `pad`, not `logits`: the finding stays.
+    assert _codes(tmp_path / "head.py", source) == ["MC501"]
