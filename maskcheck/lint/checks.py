@@ -12,7 +12,7 @@ import ast
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
@@ -61,6 +61,16 @@ _SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
+# Roots of GPU-kernel languages written in Python syntax (Triton, CuTe DSL, TileLang, Numba,
+# Pallas, Helion): a function they decorate is not torch code (`1 - mask` on a Triton int1
+# tensor is valid Triton; vllm's minimax_m3 index_topk kernels).
+_KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "numba", "nb", "pl", "helion"})
+# ... and the last names of their decorators under another root (`@cuda.jit`, `@T.prim_func`),
+# never under torch's (`@torch.jit.script` is TorchScript: torch code).
+_KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel", "prim_func"})
+# Fills that raise on a float16 tensor (value cannot be converted without overflow).
+_RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
+                            "fill_"})
 # A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
 _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 
@@ -90,6 +100,9 @@ class _Scope:
     name: str = ""
     no_grad: bool = False
     fp16_guard: bool = False
+    kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
+    params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
+    method: bool = False  # a function defined in a class body (called as self.name(...))
     values: dict[str, Value] = field(default_factory=dict)
     bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
@@ -97,6 +110,15 @@ class _Scope:
     param_attrs: set[str] = field(default_factory=set)  # class scopes: self.X = nn.Parameter
     buffer_attrs: set[str] = field(default_factory=set)  # class scopes: register_buffer("X")
     self_fills: list[tuple[str, ast.Call]] = field(default_factory=list)
+
+
+class _Param(NamedTuple):
+    """A function's parameter, as its callers pass it: `position` counts after `self`."""
+
+    function: str
+    method: bool
+    position: int
+    name: str
 
 
 class _Exit(NamedTuple):
@@ -140,6 +162,26 @@ def decorated_no_grad(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         if last_name(target) in _NO_GRAD:
             return True
     return False
+
+
+def decorated_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`@triton.jit`, `@triton.autotune(...)`, `@cute.kernel`, `@cuda.jit`, a bare `@jit`: a GPU
+    kernel. `@T.no_grad()` (torch imported as T) is not one."""
+    for dec in node.decorator_list:
+        name = dotted(dec.func if isinstance(dec, ast.Call) else dec)
+        if name is None:
+            continue
+        parts = name.split(".")
+        if parts[0] in _KERNEL_DSLS or (parts[-1] in _KERNEL_DECORATORS and parts[0] not in {
+                "torch", "th"}):
+            return True
+    return False
+
+
+def _is_static(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> bool:
+    """A @staticmethod: its callers' arguments start at its first parameter (no self)."""
+    return not isinstance(node, ast.Lambda) and any(
+        last_name(dec) == "staticmethod" for dec in node.decorator_list)
 
 
 def with_no_grad(node: ast.With | ast.AsyncWith) -> bool:
@@ -312,7 +354,18 @@ class Linter:
         self.hits: list[Hit] = []
         self.scopes: list[_Scope] = [_Scope("module")]
         self._lines: list[str] | None = None
-        self.fp32_only = _is_test_path(path) and _HALF_WORDS.search(source) is None
+        self.test_module = _is_test_path(path)
+        self.fp32_only = self.test_module and _HALF_WORDS.search(source) is None
+        # If/else joins (see `_enter_if`): the body's last assignment of a name -> the name,
+        # and the value it left.
+        self._branch_marks: dict[int, str] = {}
+        self._branch_values: dict[int, Value] = {}
+        self._joins: dict[int, dict[str, ast.Assign]] = {}
+        # MC501 on a function's own parameter: kept only if a call in this file may pass a
+        # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
+        # parameters asked about -> the dtypes the calls pass.
+        self.param_hits: list[tuple[Hit, _Param]] = []
+        self.calls_to: dict[_Param, list[str | None]] | None = None
 
     @property
     def scope(self) -> _Scope:
@@ -383,7 +436,7 @@ class Linter:
             self.scope.values.pop(name, None)
 
     def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
-        if code in self.enabled:
+        if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
                                  getattr(node, "end_lineno", None) or line, message, edit))
@@ -450,6 +503,15 @@ class Linter:
         if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
+        # The walk reads the else branch after the body, so a name bound in both would keep the
+        # else branch's value (coqui's bark: `is_causal = False` with a cache, else True).
+        # After the if, such a name holds only the facts both branches agree on.
+        joined = _body_assignments(node)
+        if joined:
+            for name, stmt in joined.items():
+                self._branch_marks[id(stmt)] = name
+            self._joins[id(node)] = joined
+            stack.append((_Exit("join", node), None))
 
     def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, (ast.With, ast.AsyncWith))
@@ -469,7 +531,11 @@ class Linter:
         if name:
             self.scope.assigned.add(name)
             self.scope.values.pop(name, None)
-        scope = _Scope("function", name=name, no_grad=no_grad)
+        kernel = self.scope.kernel or (
+            not isinstance(node, ast.Lambda) and decorated_kernel(node))
+        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel,
+                       params=tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args]),
+                       method=self.scope.kind == "class" and not _is_static(node))
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -487,6 +553,9 @@ class Linter:
         if marker.what == "fp16_guard":
             self.scope.fp16_guard = False
             return
+        if marker.what == "join":
+            self._join_branches(marker.node)
+            return
         done = self.scopes.pop()
         if done.kind == "class":
             for attr, call in done.self_fills:
@@ -494,9 +563,19 @@ class Linter:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
                                 "fill of a tensor that requires grad; use masked_fill")
 
+    def _join_branches(self, node: ast.AST | None) -> None:
+        assert isinstance(node, ast.If)
+        for name, stmt in self._joins.pop(id(node)).items():
+            self._branch_marks.pop(id(stmt), None)
+            body = self._branch_values.pop(id(stmt), UNKNOWN)
+            self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
+
     def _bind_statement(self, node: ast.AST | None) -> None:
         if isinstance(node, ast.Assign):
             self._assign(node)
+            name = self._branch_marks.get(id(node))
+            if name is not None:
+                self._branch_values[id(node)] = self.scope.values.get(name, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
         elif isinstance(node, ast.AugAssign):
@@ -518,6 +597,8 @@ class Linter:
     # --- node handlers ---
 
     def _call(self, call: ast.Call, parent: ast.AST | None) -> None:
+        if self.calls_to is not None:
+            self._record_call(call)
         name = call_name(call, self.lookup)
         if name is None:
             return
@@ -833,13 +914,46 @@ class Linter:
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
         if self.scope.fp16_guard or self.fp32_only:
             return  # the code has an fp16 branch (xlnet: `65500 if fp16 else 1e30`), or no fp16
+        if self.test_module and where in _RAISING_FILLS:
+            # A test that reached this fill in float16 would fail on its first run: what is
+            # left in tests is a float32 reference's sentinel (vllm's kernel tests).
+            return
         if target is not None and self.value(target).dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
         text = self._text(value)
         v = number(value, self.lookup)
         shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
+        before = len(self.hits)
         self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
                     "65504): use torch.finfo(dtype).min or float('-inf')")
+        param = self._own_parameter(target)
+        if param is not None and len(self.hits) > before:
+            self.param_hits.append((self.hits[-1], param))
+
+    def _own_parameter(self, node: ast.AST | None) -> _Param | None:
+        """The enclosing function's parameter that `node` still is (not rebound), if any."""
+        scope = self.scope
+        if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.name
+                and node.id in scope.params and node.id not in scope.assigned):
+            return None
+        index = scope.params.index(node.id) - (1 if scope.method else 0)
+        return None if index < 0 else _Param(scope.name, scope.method, index, node.id)
+
+    def _record_call(self, call: ast.Call) -> None:
+        """In the pass that reads calls: the dtype each asked-about parameter receives."""
+        assert self.calls_to is not None
+        func = call.func
+        if isinstance(func, ast.Name):
+            name, method = func.id, False
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+                func.value.id in {"self", "cls"}):
+            name, method = func.attr, True
+        else:
+            return
+        for param, dtypes in self.calls_to.items():
+            if param.function == name and param.method == method:
+                arg = argument(call, param.position, param.name)
+                dtypes.append(None if arg is None else self.value(arg).dtype)
 
     # --- MC502 / MC511 ---
 
@@ -1111,6 +1225,67 @@ def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
 
 
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers")
+
+
+def _stored_names(stmt: ast.stmt) -> set[str]:
+    """Names a statement binds in its own scope, read from statements only (an expression
+    binds a name only through `:=`, which the value table does not follow either)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue  # its body is another scope
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for field_name in _STATEMENT_LISTS:
+            todo.extend(getattr(node, field_name, ()))
+    return names
+
+
+def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
+    """Names an if/else body binds last with a plain assignment -> that statement (the value
+    the body leaves); joined with the value after the else branch."""
+    if not node.orelse:
+        return {}
+    last: dict[str, ast.Assign] = {}  # cheap first: top-level `name = ...` in the body
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    last[target.id] = stmt
+    # A name the else branch leaves alone keeps the body's value, so joining it changes
+    # nothing: no need to find out which names the else branch binds.
+    if last:  # a later body statement that binds the name again leaves another value
+        position = {name: node.body.index(stmt) for name, stmt in last.items()}
+        for index in range(min(position.values()) + 1, len(node.body)):
+            for name in _stored_names(node.body[index]) & last.keys():
+                if index > position[name]:
+                    del last[name]
+    return last
+
+
+def _join(a: Value, b: Value) -> Value:
+    """The facts two values share (what is known after either branch ran)."""
+    if a == b:
+        return a
+    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                    if getattr(a, f.name) == getattr(b, f.name)})
+
+
 def _is_test_path(path: str) -> bool:
     """A pytest module by its file name (test_x.py, x_test.py): where fp32-only tests live."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
@@ -1120,4 +1295,22 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    return Linter(enabled, source, path).run(tree)
+    linter = Linter(enabled, source, path)
+    hits = linter.run(tree)
+    if linter.param_hits:
+        hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
+    return hits
+
+
+def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,
+                             param_hits: list[tuple[Hit, _Param]], hits: list[Hit]) -> list[Hit]:
+    """Drop MC501 on a helper's parameter when the file calls the helper and every call passes
+    a float32 tensor (sentence-transformers' `_fill_empty_document_scores(scores, empty)` is
+    only ever given upcast scores). A second walk reads the calls with the values bound there;
+    it runs only for files with such a finding."""
+    reader = Linter(enabled, source, path)
+    reader.calls_to = {param: [] for _, param in param_hits}
+    reader.run(tree)
+    dropped = {id(hit) for hit, param in param_hits
+               if reader.calls_to[param] and all(d == "fp32" for d in reader.calls_to[param])}
+    return [hit for hit in hits if id(hit) not in dropped]

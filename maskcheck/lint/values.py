@@ -23,9 +23,19 @@ _KEEPS_VALUES = frozenset({
     "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
 })
+# Functions that keep a float tensor's dtype (not its mask facts): an upcast survives them
+# (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`,
+# sentence-transformers' `scores.max(dim=-1).values.float()` then `.sum(dim=-1)`).
+_KEEPS_DTYPE = frozenset({
+    "clamp", "clamp_", "clamp_min", "clamp_max", "clip", "nan_to_num", "nan_to_num_", "abs",
+    "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square", "sum", "mean",
+})
 # Comparison methods: a bool result.
 _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
 _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
+# Methods of tensors (and arrays) that a Python bool lacks.
+_ARRAY_METHODS = _KEEPS_VALUES | _TRANSPOSES | {
+    "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as"}
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
 _FP32 = frozenset({"float32", "float", "float64", "double"})
@@ -331,7 +341,7 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     if node.attr in _TRANSPOSES:
-        base = describe(node.value, lookup)
+        base = _describe_receiver(node.value, node.attr, lookup)
         return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
     if node.attr == "attention_mask" and describe(node.value, lookup).tokens:
         return Value(dtype="int", hf_keep=True)
@@ -370,16 +380,27 @@ def _square_slice(key: ast.expr) -> bool:
     return ast.dump(a) == ast.dump(b) if a is not None and b is not None else a is b
 
 
-def _describe_compare(node: ast.Compare, lookup: Lookup) -> Value:
+def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = False) -> Value:
+    """A comparison: bool when its left side reads as a tensor, or when `elementwise` (the
+    result is used as an array: `(self.arange >= n).transpose(0, 1)`)."""
     if len(node.ops) != 1:
         return UNKNOWN
     left, op, right = node.left, node.ops[0], node.comparators[0]
     lv = describe(left, lookup)
-    tensorish = bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or mentions_mask(
-        left) or (last_name(left) or "").endswith("ids")
+    tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
+        mentions_mask(left) or (last_name(left) or "").endswith("ids"))
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
+
+
+def _describe_receiver(node: ast.AST, method: str, lookup: Lookup) -> Value:
+    """The facts about the receiver of `.method`: a comparison that the method is called on is
+    elementwise, since a Python bool has none of these methods (espnet's
+    `(self.beam_arange >= n).transpose(0, 1)` is a bool tensor, whatever `self.beam_arange`)."""
+    if isinstance(node, ast.Compare) and method in _ARRAY_METHODS:
+        return _describe_compare(node, lookup, elementwise=True)
+    return describe(node, lookup)
 
 
 def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
@@ -479,7 +500,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             return Value(grad=True)
     if base_node is None:
         return UNKNOWN
-    base = describe(base_node, lookup)
+    base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
 
 
@@ -488,7 +509,9 @@ def _describe_factory(
 ) -> Value | None:
     """torch.ones / full / triu / cat / where ... called as functions."""
     # torch.zeros/ones/empty/rand with no dtype are float32 (torch's default dtype).
-    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} else None
+    # Only without a dtype= argument: `dtype=x.dtype` follows x, which may be float16.
+    no_dtype = kwarg(call, "dtype") is None
+    default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} and no_dtype else None
     if name in _ONES_FUNCS:
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
@@ -505,8 +528,8 @@ def _describe_factory(
             return None
         if is_true(fill):
             return Value(dtype="bool")
-        dtype = dtype_kw or ("fp32" if name == "full" and number(fill, lookup) is not None
-                             else None)
+        dtype = dtype_kw or ("fp32" if name == "full" and no_dtype
+                             and number(fill, lookup) is not None else None)
         return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
                      finfo_min=is_finfo_min(fill, lookup))
     if name in {"triu", "tril"}:
@@ -539,7 +562,16 @@ def _describe_factory(
         return Value(api="finfo")
     if name in {"softmax", "log_softmax"} and call.args:
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
+    if name in _KEEPS_DTYPE and call.args:
+        return _float_dtype_of(describe(call.args[0], lookup), call)
     return None
+
+
+def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
+    """A float result's dtype: `dtype=` if given (`x.sum(dtype=torch.float32)`), else the
+    input's when it is a float one (an int or bool sum is int64: not followed)."""
+    dtype = dtype_of(kwarg(call, "dtype")) or value.dtype
+    return Value(dtype=dtype) if dtype in {"fp32", "half"} else None
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
@@ -624,6 +656,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
                      additive=additive and (base.additive or _starts_empty(base)))
     if name in {"softmax", "log_softmax"}:
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
+    if name in _KEEPS_DTYPE:
+        return _float_dtype_of(base, call) or UNKNOWN
     if name in {"fill_", "zero_"} or name in {"sum", "mean", "max", "min"}:
         return UNKNOWN
     if name == "attention_mask" or name == "get":

@@ -1,0 +1,147 @@
+"""Real code shapes whose verdict depends on where they sit (file name, decorator, branch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maskcheck.lint.runner import lint_file
+
+ALL = frozenset({"MC501", "MC510", "MC512"})
+
+# vllm tests/kernels/attention/test_minimax_m3_indexer_cp.py:243: a float32 reference's sentinel
+# in a test module that also runs bfloat16 kernels.
+REFERENCE = '''import torch
+
+
+def force_scores(scores, valid):
+    cache = torch.randn(4, 8, dtype=torch.bfloat16)
+    forced = scores.clone()
+    forced[:, 0] = torch.where(valid, forced[:, 0], torch.full_like(forced[:, 0], -1e30))
+    return forced, cache
+'''
+
+
+def _codes(path: Path, source: str) -> list[str]:
+    path.write_text(source)
+    report = lint_file(str(path), ALL)
+    assert report.error is None, report.error
+    return [f.code for f in report.findings]
+
+
+def test_a_raising_fill_in_a_test_module_is_not_reported(tmp_path: Path) -> None:
+    # In a test, a fill that raises on float16 fails on its first float16 run: it cannot hide.
+    assert _codes(tmp_path / "test_indexer.py", REFERENCE) == []
+
+
+def test_the_same_fill_outside_tests_is_reported(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "indexer.py", REFERENCE) == ["MC501"]
+
+
+def test_an_additive_mask_in_a_test_module_is_still_reported(tmp_path: Path) -> None:
+    # `mask * -1e9` does not raise in float16 (it becomes -inf): a test can carry it silently.
+    source = ("import torch\n\n\ndef check(scores, pad_mask):\n"
+              "    x = scores.half()\n"
+              "    return x + pad_mask * -1e9\n")
+    assert _codes(tmp_path / "test_attention.py", source) == ["MC501"]
+
+
+def test_only_kernel_decorators_hide_a_function(tmp_path: Path) -> None:
+    body = ("def f(scores, keep):\n    m = keep.bool()\n    return scores * (1 - m)\n")
+    kernel = "import torch\nimport triton\n\n\n@triton.jit\n" + body
+    compiled = "import torch\n\n\n@torch.compile\n" + body
+    assert _codes(tmp_path / "kernel.py", kernel) == []
+    assert _codes(tmp_path / "compiled.py", compiled) == ["MC512"]
+
+
+def test_a_flag_true_in_both_branches_is_still_true(tmp_path: Path) -> None:
+    # The join keeps what both branches agree on: the cache bug is still found.
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n"
+              "def attend(q, k, v, past_k, fast):\n"
+              "    k = torch.cat([past_k, k], dim=-2)\n"
+              "    if fast:\n        causal = True\n    else:\n        causal = True\n"
+              "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+    assert _codes(tmp_path / "attend.py", source) == ["MC510"]
+
+
+def test_a_flag_set_in_one_branch_only_keeps_its_evidence(tmp_path: Path) -> None:
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n"
+              "def attend(q, k, v, past_k):\n"
+              "    causal = False\n"
+              "    if past_k is not None:\n"
+              "        k = torch.cat([past_k, k], dim=-2)\n        causal = True\n"
+              "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+    assert _codes(tmp_path / "attend.py", source) == ["MC510"]
+
+
+# sentence-transformers util/similarity.py:549: a helper whose every caller passes float32.
+HELPER = '''import torch
+
+
+def maxsim(a, b, b_mask):
+    scores = torch.einsum("bsh,bth->bst", a, b)
+    scores = scores.max(dim=-1).values.float()
+    scores = scores.sum(dim=-1)
+    if b_mask is not None:
+        scores = _fill_empty(scores, ~b_mask.bool().any(dim=-1))
+    return scores
+
+
+def _fill_empty(scores, empty):
+    return scores.masked_fill(empty, -1e9)
+
+
+class Scorer:
+    def empty_docs(self, n, empty):
+        return _fill_empty(torch.zeros(n, dtype=torch.DTYPE), empty)
+'''
+
+
+def test_a_helper_given_float32_by_every_caller_is_silent(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "similarity.py", HELPER.replace("DTYPE", "float32")) == []
+
+
+def test_a_helper_given_float16_by_one_caller_is_reported(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "similarity.py", HELPER.replace("DTYPE", "float16")) == ["MC501"]
+
+
+def test_a_helper_nobody_in_the_file_calls_is_reported(tmp_path: Path) -> None:
+    source = "import torch\n\n\ndef _fill_empty(scores, empty):\n" + (
+        "    return scores.masked_fill(empty, -1e9)\n")
+    assert _codes(tmp_path / "fill.py", source) == ["MC501"]
+
+
+def test_a_dtype_that_is_not_known_is_not_float32(tmp_path: Path) -> None:
+    # `torch.zeros(n, dtype=x.dtype)` follows x: only a missing dtype= means torch's default.
+    source = HELPER.replace("torch.DTYPE", "scores_dtype").replace(
+        "def empty_docs(self, n, empty)", "def empty_docs(self, n, empty, scores_dtype)")
+    assert _codes(tmp_path / "similarity.py", source) == ["MC501"]
+
+
+def test_a_method_given_float32_through_self_is_silent(tmp_path: Path) -> None:
+    source = ("import torch\n\n\nclass Head:\n"
+              "    def _fill(self, logits, pad):\n"
+              "        return logits.masked_fill(pad, -1e9)\n\n"
+              "    def forward(self, x, pad):\n"
+              "        return self._fill(x.float(), pad)\n")
+    assert _codes(tmp_path / "head.py", source) == []
+    assert _codes(tmp_path / "head2.py", source.replace("x.float()", "x")) == ["MC501"]
+
+
+def test_kernel_decorators_are_told_from_torch_ones(tmp_path: Path) -> None:
+    body = ("def f(scores, keep):\n    m = keep.bool()\n    return scores * (1 - m)\n")
+    for decorator in ("@cuda.jit", "@T.prim_func", "@jit", "@triton.autotune(configs=[])"):
+        assert _codes(tmp_path / "k.py", f"import torch\n\n\n{decorator}\n{body}") == [], decorator
+    for decorator in ("@T.no_grad()", "@torch.jit.script", "@th.jit.ignore"):
+        source = f"import torch as T\nimport torch as th\nimport torch\n\n\n{decorator}\n{body}"
+        assert _codes(tmp_path / "t.py", source) == ["MC512"], decorator
+
+
+def test_a_staticmethod_is_matched_to_its_callers_without_self(tmp_path: Path) -> None:
+    source = ("import torch\n\n\nclass Head:\n"
+              "    @staticmethod\n"
+              "    def _fill(pad, logits):\n"
+              "        return logits.masked_fill(pad, -1e9)\n\n"
+              "    def forward(self, x, pad):\n"
+              "        return self._fill(pad.float(), x)\n")
+    # The float32 argument is `pad`, not `logits`: the finding stays.
+    assert _codes(tmp_path / "head.py", source) == ["MC501"]
