@@ -1,0 +1,395 @@
+"""Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
+
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|all] [--show N]
+
+Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
+markers and their `*_ok.py` twins), rewrites it the way real code bases hold the same code, runs
+the real `maskcheck check --format json` once over all the rewritten files, maps every finding
+back to the line of the original file and compares:
+
+  function      the whole module body inside `def build_model():`
+  method        ... inside `forward(self, x)` of an nn.Module
+  helper        ... inside a helper method `_build(self, x)` of an nn.Module
+  closure       ... inside a function nested in a function
+  decorated     ... inside a function under `@functools.lru_cache(maxsize=None)`
+  try           ... inside `try: ... except ImportError: pass`
+  type-checking ... inside the `else:` of `if TYPE_CHECKING:`
+  preamble      36 lines of unrelated code first (imports, a class whose docstring holds code-like
+                text at column 0, a dataclass)
+  import-from   `import torch.nn.functional as F` -> `from torch.nn import functional as F`
+  sdpa-alias    `F.scaled_dot_product_attention(` -> `sdpa(` after
+                `from torch.nn.functional import scaled_dot_product_attention as sdpa`
+  rename        local names renamed within their kind (mask -> attn_mask, scores -> attn_scores,
+                key_padding_mask -> src_key_padding_mask, q/k/v -> query/key_states/value_states,
+                ...); attribute names, keywords and strings are left alone
+  crlf          CRLF line endings
+  notebook      an .ipynb: a markdown cell, then one code cell per top-level block
+  combined      preamble + method + rename + crlf
+
+Per code it prints the marked bugs found on the right line / expected in every surroundings,
+then every difference from the untouched file ("lost": a finding the untouched file has and the
+rewritten one does not; "new": the other way round) and every finding on a correct twin. The
+result is exact: a rewrite must give the same findings, on the same original lines, as the
+untouched file. Exit status 0 when nothing was lost or gained, 1 otherwise, 2 when check fails.
+Runs the maskcheck that this Python imports (set PYTHONPATH to measure a worktree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from _lint_bench import MASKCHECK, maskcheck_location, source_rule_codes
+from lint_recall import corpus_files, read_bugs, rel
+
+# A place: the original line, or (cell, line in cell) in a notebook.
+Place = int | tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A rewritten file's text, its suffix and, per line of the original, where it went."""
+
+    text: str
+    suffix: str
+    where: dict[int, Place]
+
+
+Transform = Callable[[str], Rewritten | None]
+
+PREAMBLE = '''import os
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+logger = logging.getLogger(__name__)
+
+
+class MaskDocs:
+    """How the masks in this module are built.
+
+Example, as the original paper writes it:
+
+mask = torch.triu(torch.ones(n, n))
+scores = scores.masked_fill(mask == 0, -1e9)
+scores = scores + mask.bool()
+out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+    """
+
+    template = "x.masked_fill(m, -1e9) + torch.finfo(torch.float32).min"
+
+
+@dataclass
+class AttentionConfig:
+    hidden_size: int = 64
+    num_heads: int = 4
+    dropout: float = 0.0
+    names: list[str] = field(default_factory=list)
+    extra: Optional[dict[str, Any]] = None
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, default=str)
+
+
+CONFIG_PATH = os.environ.get("ATTN_CONFIG", "config.json")
+'''
+assert len(PREAMBLE.splitlines()) >= 30
+
+# Local renames that keep what a name says (a mask stays a mask, scores stay scores).
+RENAMES = {
+    "mask": "attn_mask", "scores": "attn_scores", "key_padding_mask": "src_key_padding_mask",
+    "causal_mask": "look_ahead_mask", "causal": "causal_bias", "weights": "attn_weights",
+    "q": "query", "k": "key_states", "v": "value_states", "x": "hidden", "n": "seq_len",
+    "energy": "attn_energy", "logits": "attn_logits", "L": "seq_len_q", "T": "num_tokens",
+}
+
+
+def _header_end(source: str) -> int:
+    """The last line of the module docstring and `from __future__` imports (0 if none)."""
+    tree = ast.parse(source)
+    end = 0
+    for i, stmt in enumerate(tree.body):
+        doc = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and (
+            isinstance(stmt.value.value, str))
+        future = isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+        if not (doc or future):
+            break
+        end = stmt.end_lineno or end
+    return end
+
+
+def _wrap(opening: list[str], indent: int, closing: tuple[str, ...] = ()) -> Transform:
+    """The module body (below the header) indented under `opening` lines."""
+    def transform(source: str) -> Rewritten:
+        lines = source.split("\n")
+        head = _header_end(source)
+        body = [(" " * indent + s) if s.strip() else s for s in lines[head:]]
+        out = lines[:head] + opening + body + list(closing)
+        where: dict[int, Place] = {n: n for n in range(1, head + 1)}
+        where.update({n: n + len(opening) for n in range(head + 1, len(lines) + 1)})
+        return Rewritten("\n".join(out), ".py", where)
+    return transform
+
+
+def _insert_after_header(block: str) -> Transform:
+    def transform(source: str) -> Rewritten:
+        lines = source.split("\n")
+        head = _header_end(source)
+        extra = [*block.rstrip("\n").split("\n"), ""]
+        out = lines[:head] + extra + lines[head:]
+        where: dict[int, Place] = {n: n for n in range(1, head + 1)}
+        where.update({n: n + len(extra) for n in range(head + 1, len(lines) + 1)})
+        return Rewritten("\n".join(out), ".py", where)
+    return transform
+
+
+def _same_lines(text: str, source: str) -> Rewritten:
+    return Rewritten(text, ".py", {n: n for n in range(1, source.count("\n") + 2)})
+
+
+def import_from(source: str) -> Rewritten | None:
+    pattern = re.compile(r"^(\s*)import torch\.nn\.functional as F$", re.MULTILINE)
+    if not pattern.search(source):
+        return None
+    return _same_lines(pattern.sub(r"\1from torch.nn import functional as F", source), source)
+
+
+def sdpa_alias(source: str) -> Rewritten | None:
+    pattern = re.compile(r"\b(?:F|torch\.nn\.functional|nn\.functional)"
+                         r"\.scaled_dot_product_attention\(")
+    if not pattern.search(source):
+        return None
+    aliased = pattern.sub("sdpa(", source)
+    inserted = _insert_after_header(
+        "from torch.nn.functional import scaled_dot_product_attention as sdpa")(aliased)
+    return inserted
+
+
+def rename(source: str) -> Rewritten | None:
+    tree = ast.parse(source)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | {
+        k.arg for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg}
+    renames = {old: new for old, new in RENAMES.items() if new not in used}
+    spots: list[tuple[int, int, int, str]] = []  # line, byte col, byte end, new name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in renames:
+            spots.append((node.lineno, node.col_offset, node.col_offset + len(node.id),
+                          renames[node.id]))
+        elif isinstance(node, ast.arg) and node.arg in renames:
+            spots.append((node.lineno, node.col_offset, node.col_offset + len(node.arg),
+                          renames[node.arg]))
+    if not spots:
+        return None
+    lines = [s.encode() for s in source.split("\n")]
+    for line, col, end, new in sorted(spots, reverse=True):
+        lines[line - 1] = lines[line - 1][:col] + new.encode() + lines[line - 1][end:]
+    return _same_lines("\n".join(b.decode() for b in lines), source)
+
+
+def crlf(source: str) -> Rewritten:
+    return _same_lines(source.replace("\n", "\r\n"), source)
+
+
+def notebook(source: str) -> Rewritten:
+    """A markdown cell, then one code cell per top-level class/def (and the code between)."""
+    lines = source.split("\n")
+    tree = ast.parse(source)
+    starts = sorted({1} | {
+        min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", []))])
+        for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))})
+    bounds = [*starts, len(lines) + 1]
+    cells: list[dict[str, object]] = [{"cell_type": "markdown", "metadata": {},
+                                       "source": ["# Attention experiments\n"]}]
+    where: dict[int, Place] = {}
+    for first, after in itertools.pairwise(bounds):
+        chunk = lines[first - 1:after - 1]
+        for offset in range(len(chunk)):
+            where[first + offset] = (len(cells) + 1, offset + 1)
+        text = "\n".join(chunk)
+        cells.append({"cell_type": "code", "execution_count": None, "metadata": {},
+                      "outputs": [], "source": text.splitlines(keepends=True)})
+    nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                                      "display_name": "Python 3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    return Rewritten(json.dumps(nb, indent=1), ".ipynb", where)
+
+
+def _chain(*steps: Transform) -> Transform:
+    def transform(source: str) -> Rewritten | None:
+        where: dict[int, Place] = {n: n for n in range(1, source.count("\n") + 2)}
+        text = source
+        for step in steps:
+            done = step(text)
+            if done is None:
+                continue
+            where = {orig: done.where[at] for orig, at in where.items()
+                     if isinstance(at, int) and at in done.where}
+            text = done.text
+        return Rewritten(text, ".py", where)
+    return transform
+
+
+MODULE = "torch.nn.Module"
+TRANSFORMS: dict[str, Transform] = {
+    "function": _wrap(["def build_model():"], 4),
+    "method": _wrap([f"class Wrapper({MODULE}):", "    def forward(self, inputs):"], 8),
+    "helper": _wrap([f"class Wrapper({MODULE}):", "    def _build(self, inputs):"], 8),
+    "closure": _wrap(["def outer(size):", "    def inner():"], 8, ("    return inner",)),
+    "decorated": _wrap(["import functools", "", "", "@functools.lru_cache(maxsize=None)",
+                        "def build_model():"], 4),
+    "try": _wrap(["try:"], 4, ("except ImportError:", "    pass")),
+    "type-checking": _wrap(["from typing import TYPE_CHECKING", "", "if TYPE_CHECKING:",
+                            "    pass", "else:"], 4),
+    "preamble": _insert_after_header(PREAMBLE),
+    "import-from": import_from,
+    "sdpa-alias": sdpa_alias,
+    "rename": rename,
+    "crlf": crlf,
+    "notebook": notebook,
+}
+TRANSFORMS["combined"] = _chain(TRANSFORMS["preamble"], TRANSFORMS["method"], rename, crlf)
+
+
+def run_check(paths: list[Path]) -> dict[Path, list[tuple[Place, str]]]:
+    proc = subprocess.run([*MASKCHECK, "check", "--format", "json", "--exit-zero",
+                           *map(str, paths)], capture_output=True, text=True)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        print(f"lint_surroundings: check gave no JSON (exit {proc.returncode}): "
+              f"{proc.stderr.strip()[-300:]}", file=sys.stderr)
+        raise SystemExit(2) from None
+    out: dict[Path, list[tuple[Place, str]]] = {}
+    for entry in report["files"]:
+        if entry.get("error"):
+            print(f"lint_surroundings: {entry['path']}: {entry['error']}", file=sys.stderr)
+            raise SystemExit(2)
+        found: list[tuple[Place, str]] = []
+        for f in entry["findings"]:
+            line = int(f.get("line") or 0)
+            found.append(((int(f["cell"]), line) if f.get("cell") else line, f["code"]))
+        out[Path(entry["path"]).resolve()] = found
+    return out
+
+
+@dataclass
+class Outcome:
+    found: Counter[tuple[str, str]]  # (code, surroundings) -> marked bugs found on their line
+    expected: Counter[tuple[str, str]]  # (code, surroundings) -> marked bugs, covered codes
+    lost: list[str]
+    new: list[str]
+    twin_alarms: list[str]
+    skipped: Counter[str]  # surroundings that did not apply to a file
+
+
+def measure(files: list[Path], workdir: Path) -> Outcome:
+    rules = source_rule_codes()
+    originals: dict[Path, Path] = {}
+    rewrites: list[tuple[Path, str, Path, dict[Place, int]]] = []
+    skipped = Counter[str]()
+    for index, path in enumerate(files):
+        source = path.read_text()
+        copy = workdir / f"{index:03d}_{path.stem}__base.py"
+        copy.write_text(source)
+        originals[path] = copy
+        for name, transform in TRANSFORMS.items():
+            done = transform(source)
+            if done is None:
+                skipped[name] += 1
+                continue
+            target = workdir / f"{index:03d}_{path.stem}__{name}{done.suffix}"
+            target.write_bytes(done.text.encode())
+            back = {at: orig for orig, at in done.where.items()}
+            rewrites.append((path, name, target, back))
+    findings = run_check([*originals.values(), *(r[2] for r in rewrites)])
+    base = {path: sorted(set(findings.get(copy.resolve(), []))) for path, copy in
+            originals.items()}
+    outcome = Outcome(Counter(), Counter(), [], [], [], skipped)
+    bugs = {path: [b for b in read_bugs(path) if b.code in rules] for path in files}
+    for path in files:
+        for bug in bugs[path]:
+            outcome.expected[(bug.code, "base")] += 1
+            if _hit(bug, base[path]):
+                outcome.found[(bug.code, "base")] += 1
+        if path.name.endswith("_ok.py"):
+            outcome.twin_alarms += [f"{rel(path)}:{line}: {code} (base)"
+                                    for line, code in base[path]]
+    for path, name, target, back in rewrites:
+        mapped = sorted({(back.get(place, -1), code)
+                         for place, code in findings.get(target.resolve(), [])},
+                        key=lambda item: (item[0], item[1]))
+        for bug in bugs[path]:
+            outcome.expected[(bug.code, name)] += 1
+            if _hit(bug, mapped):
+                outcome.found[(bug.code, name)] += 1
+        before, after = set(base[path]), set(mapped)
+        outcome.lost += [f"{rel(path)}:{line}: {code} lost in {name}"
+                         for line, code in sorted(before - after, key=str)]
+        outcome.new += [f"{rel(path)}:{line}: {code} new in {name}"
+                        for line, code in sorted(after - before, key=str)]
+        if path.name.endswith("_ok.py"):
+            outcome.twin_alarms += [f"{rel(path)}:{line}: {code} ({name})"
+                                    for line, code in mapped]
+    return outcome
+
+
+def _hit(bug: object, found: list[tuple[Place, str]] | list[tuple[int, str]]) -> bool:
+    lines, accepted = bug.lines, bug.accepted  # type: ignore[attr-defined]
+    return any(code in accepted and line in lines for line, code in found)
+
+
+def print_outcome(outcome: Outcome, show: int) -> None:
+    names = ["base", *TRANSFORMS]
+    short = {n: n[:8] for n in names}
+    print("\nmarked bugs found on the right line / expected (covered codes), per surroundings")
+    print(f"{'code':<7}" + "".join(f"{short[n]:>9}" for n in names))
+    codes = sorted({code for code, _ in outcome.expected})
+    for code in codes:
+        print(f"{code:<7}" + "".join(
+            f"{outcome.found[(code, n)]:>5}/{outcome.expected[(code, n)]:<3}" for n in names))
+    print(f"{'all':<7}" + "".join(
+        f"{sum(outcome.found[(c, n)] for c in codes):>5}/"
+        f"{sum(outcome.expected[(c, n)] for c in codes):<3}" for n in names))
+    if outcome.skipped:
+        print("not applicable (the file has no such import or name): " + ", ".join(
+            f"{n} {c}" for n, c in sorted(outcome.skipped.items())))
+    for title, items in (("lost (found untouched, not rewritten)", outcome.lost),
+                         ("new (found rewritten, not untouched)", outcome.new),
+                         ("findings on correct twins", outcome.twin_alarms)):
+        print(f"{title}: {len(items)}")
+        for item in items[:show]:
+            print(f"  {item}")
+        if len(items) > show:
+            print(f"  ... {len(items) - show} more (--show N)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "all"], default="all")
+    ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
+    args = ap.parse_args()
+    files = corpus_files(args.set)
+    print(f"maskcheck from {maskcheck_location()}; set {args.set}: {len(files)} files "
+          f"({sum(p.name.endswith('_ok.py') for p in files)} correct twins), "
+          f"{len(TRANSFORMS)} surroundings")
+    with tempfile.TemporaryDirectory(prefix="maskcheck-surroundings-") as tmp:
+        outcome = measure(files, Path(tmp))
+    print_outcome(outcome, args.show)
+    return 1 if (outcome.lost or outcome.new or outcome.twin_alarms) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
