@@ -35,6 +35,7 @@ from maskcheck.lint.values import (
     last_name,
     mentions_mask,
     number,
+    one_minus,
     receiver,
     root_name,
     self_attr,
@@ -461,6 +462,8 @@ class Linter:
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
                 scope.values[arg.arg] = UNKNOWN  # shadows outer names
+                if _annotated_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
+                    scope.values[arg.arg] = Value(mha=True)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -630,9 +633,14 @@ class Linter:
                 cls.values.pop("self." + attr, None)
 
     def _in_forward(self) -> bool:
-        for scope in reversed(self.scopes):
-            if scope.kind == "function":
-                return scope.name in {"forward", "__call__"}
+        """Inside a method that runs on every call: `forward`, `forward_*`, `__call__`, or a
+        closure or lambda defined in one (the method is the function directly in a class)."""
+        for depth in range(len(self.scopes) - 1, 0, -1):
+            scope, outer = self.scopes[depth], self.scopes[depth - 1]
+            if scope.kind == "class":
+                return False
+            if scope.kind == "function" and outer.kind == "class":
+                return scope.name == "__call__" or scope.name.lstrip("_").startswith("forward")
         return False
 
     # --- expressions ---
@@ -656,6 +664,20 @@ class Linter:
             self._difference(node)
         elif isinstance(node.op, ast.Add):
             self._sum(node, clamped=_is_clamped(node, parent))
+        elif isinstance(node.op, ast.BitAnd):
+            self._keep_and_triangle(node)
+
+    def _keep_and_triangle(self, node: ast.BinOp) -> None:
+        """`(trg != pad_idx)[...] & torch.triu(ones).bool()`: True = keep on one side, so the
+        triangle is a keep-mask too, and an upper one keeps the future."""
+        left, right = self.value(node.left), self.value(node.right)
+        for keep, tri, tri_node in ((left, right, node.right), (right, left, node.left)):
+            if (keep.pad_keep or (keep.hf_keep and not keep.hf_keep_inverted)) and (
+                    tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
+                self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
+                            "but it is combined with a keep-mask (True = real token): every "
+                            "query keeps the future; use tril (or `triu(..., 1) == 0`)")
+                return
 
     def _is_bool(self, node: ast.AST) -> bool:
         """A comparison, `~x` or a value known to be bool."""
@@ -670,7 +692,7 @@ class Linter:
             if self._is_large_negative(big) and mentions_mask(other) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
-                    other)):
+                    other) or one_minus(other)):
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
@@ -772,7 +794,7 @@ class Linter:
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
         if name == "masked_fill_" and self._in_forward() and target is not None:
-            attr = self_attr(target)
+            attr = self_attr(_inplace_base(target))
             cls = self._class_scope()
             if attr is not None and cls is not None and attr in cls.buffer_attrs:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
@@ -1085,6 +1107,35 @@ class Linter:
             self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
+
+
+_MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
+                          "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"})
+
+
+def _annotated_mha(annotation: ast.expr | None) -> bool:
+    """A parameter annotated as one of torch's own attention modules (True = padding)."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        name: str | None = annotation.value
+    else:
+        name = dotted(annotation)
+    return name is not None and name.split(".")[-1] in _MHA_CLASSES and (
+        "." not in name or name.split(".")[0] in {"nn", "torch"})
+
+
+_INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
+
+
+def _inplace_base(node: ast.expr) -> ast.expr:
+    """`self.bias` for `self.bias.fill_(0.0)`: an in-place call returns its own receiver."""
+    while isinstance(node, ast.Call) and call_name(node) in _INPLACE:
+        base = receiver(node)
+        if base is None:
+            break
+        node = base
+    return node
 
 
 def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:

@@ -51,6 +51,7 @@ class Value:
     tri: str | None = None  # where the True/1 entries sit: lower, upper, slower, supper (strict)
     hf_keep: bool = False  # a tokenizer's attention_mask: 1 = real token, int64
     hf_keep_inverted: bool = False  # that mask turned into True = padding (`== 0`, `~m.bool()`)
+    pad_keep: bool = False  # `tokens != pad_idx`: True at real tokens (a keep-mask by its test)
     tokens: bool = False  # a tokenizer's output (a BatchEncoding)
     cached: bool = False  # keys/values concatenated with a cache: L != S
     grad: bool = False  # requires grad
@@ -330,6 +331,11 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
 
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
+    if isinstance(node.value, ast.Name) and node.value.id == "self":
+        # `self.mask.bool()[:n, :n]`: the buffer or attribute as the class bound it.
+        known = lookup("self." + node.attr)
+        if known:
+            return known
     if node.attr in _TRANSPOSES:
         base = describe(node.value, lookup)
         return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
@@ -376,7 +382,7 @@ def _describe_compare(node: ast.Compare, lookup: Lookup) -> Value:
     left, op, right = node.left, node.ops[0], node.comparators[0]
     lv = describe(left, lookup)
     tensorish = bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or mentions_mask(
-        left) or (last_name(left) or "").endswith("ids")
+        left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right)
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
@@ -388,13 +394,21 @@ def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
         dotted(right) or last_name(right) or "").lower()
 
 
+def _names_pad_index(node: ast.AST) -> bool:
+    """`self.trg_pad_idx`, `PAD_IDX`, `self.null_idx`, `padding_idx`: a token id to compare with."""
+    text = (dotted(node) or "").lower()
+    return "pad" in text or "null_idx" in text
+
+
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True)
         if isinstance(op, ast.NotEq):
-            return replace(out, hf_keep=True)
+            return replace(out, hf_keep=True, pad_keep=True)
+    if isinstance(op, ast.NotEq) and _names_pad_index(right):
+        return replace(out, pad_keep=True)
     c = number(right)
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
@@ -429,7 +443,7 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     left, right = describe(node.left, lookup), describe(node.right, lookup)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
-            if _one_minus(a_node) and is_finfo_min(b_node, lookup):
+            if one_minus(a_node) and is_finfo_min(b_node, lookup):
                 return Value(finfo_min=True, additive=True)  # HF's `(1.0 - m) * finfo.min`
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
@@ -447,7 +461,8 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 
-def _one_minus(node: ast.AST) -> bool:
+def one_minus(node: ast.AST) -> bool:
+    """`1 - m`, `1.0 - m`: the usual inversion of a 0/1 mask."""
     return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
             and number(node.left) == 1)
 
@@ -537,12 +552,25 @@ def _describe_factory(
         return Value(dtype="bool", tri=tri)
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
+    if name in _PRODUCTS:
+        operands = call.args[1:] if name == "einsum" else call.args[:2]
+        return _product_dtype([describe(a, lookup).dtype for a in operands])
     if name in {"softmax", "log_softmax"} and call.args:
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
     return None
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+# Products whose result has their operands' dtype (`einsum` of two float16 tensors is float16).
+_PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
+
+
+def _product_dtype(dtypes: list[str | None]) -> Value | None:
+    """The dtype of a product when every known operand agrees and at least one is known."""
+    known = {d for d in dtypes if d is not None}
+    if len(known) == 1 and known <= {"fp32", "half"}:
+        return Value(dtype=known.pop())
+    return None
 
 
 def _int_literal(node: ast.AST) -> bool:
@@ -570,6 +598,8 @@ def _holds_finfo_min(node: ast.AST, lookup: Lookup) -> bool:
 
 
 def _names_a_cache(node: ast.AST) -> bool:
+    while isinstance(node, ast.Subscript):  # `past[0]`, `past_key_value[0]`, `cache["k"]`
+        node = node.value
     text = (dotted(node) or last_name(node) or "").lower()
     return any(word in text for word in ("cache", "past", "prev"))
 
