@@ -251,6 +251,14 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
     return name is not None and _MASK_WORD.search(name) is not None
 
 
+def _names_a_mask(node: ast.AST) -> bool:
+    """A mask by name (`mask`, `causal`, `extended`), not a `bias`: an additive mask times a
+    mask stays a mask (LED, Funnel), but `bias * pad_bias` multiplies a learned pair bias
+    (Biohub/esm's pair representation) by -inf."""
+    return any(word in (dotted(n) or "").lower() for n in ast.walk(node)
+               for word in ("mask", "causal", "extended"))
+
+
 _CLAMPS = frozenset({"clamp", "clamp_", "clip", "clamp_min", "maximum"})
 
 
@@ -701,7 +709,7 @@ class Linter:
             # So does one times a bool (transformers' `causal_mask *= arange > cache_position`:
             # finfo.min * False = 0, finite).
             if facts.additive and _tensor_operand(other) and not self.value(
-                    other).zero_one and not mentions_mask(other) and not self._is_bool(other):
+                    other).zero_one and not _names_a_mask(other) and not self._is_bool(other):
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break

@@ -155,6 +155,30 @@ class AttentionLayer(nn.Module):
         attn_w_premask.masked_fill_(~attn_mask, -1e20)
         return torch.softmax(attn_w_premask, dim=1)
 """),
+    ("pair-bias-times-additive-mask", """\
+class PairBias(nn.Module):
+    def forward(self, pair, seq_mask):
+        bias = self.proj(pair).permute(0, 3, 1, 2)
+        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype).masked_fill(~seq_mask, float("-inf"))
+        return bias * pad_bias[:, None, None, :]
+""", {5: "MC523"}, """\
+class PairBias(nn.Module):
+    def forward(self, pair, seq_mask):
+        bias = self.proj(pair).permute(0, 3, 1, 2)
+        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype).masked_fill(~seq_mask, float("-inf"))
+        return bias + pad_bias[:, None, None, :]
+"""),
+    ("additive-mask-times-a-mask-stays-silent", """\
+def combine(attention_mask, causal_mask):
+    extended = torch.zeros_like(attention_mask, dtype=torch.float32).masked_fill(
+        attention_mask == 0, float("-inf"))
+    return extended * causal_mask
+""", {}, """\
+def combine(attention_mask, causal_mask):
+    extended = torch.zeros_like(attention_mask, dtype=torch.float32).masked_fill(
+        attention_mask == 0, float("-inf"))
+    return extended + causal_mask
+"""),
 ]
 SHIFT = HEAD.count("\n")
 
