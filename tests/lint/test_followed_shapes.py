@@ -159,13 +159,15 @@ class AttentionLayer(nn.Module):
 class PairBias(nn.Module):
     def forward(self, pair, seq_mask):
         bias = self.proj(pair).permute(0, 3, 1, 2)
-        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype).masked_fill(~seq_mask, float("-inf"))
+        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype)
+        pad_bias = pad_bias.masked_fill(~seq_mask, float("-inf"))
         return bias * pad_bias[:, None, None, :]
-""", {5: "MC523"}, """\
+""", {6: "MC523"}, """\
 class PairBias(nn.Module):
     def forward(self, pair, seq_mask):
         bias = self.proj(pair).permute(0, 3, 1, 2)
-        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype).masked_fill(~seq_mask, float("-inf"))
+        pad_bias = torch.zeros_like(seq_mask, dtype=bias.dtype)
+        pad_bias = pad_bias.masked_fill(~seq_mask, float("-inf"))
         return bias + pad_bias[:, None, None, :]
 """),
     ("additive-mask-times-a-mask-stays-silent", """\
