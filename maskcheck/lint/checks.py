@@ -497,6 +497,12 @@ class Linter:
             self._assign(node)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
+                _annotated_mha(node.annotation)):
+            # `layer: nn.MultiheadAttention` declared (a module or class attribute annotation)
+            self.scope.values[node.target.id] = Value(mha=True)
+            if self.scope.kind == "class":
+                self.scope.values["self." + node.target.id] = Value(mha=True)
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
                 # `s += mask` reads like `s = s + mask` for the rules on + and *

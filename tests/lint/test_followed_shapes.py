@@ -106,6 +106,21 @@ def encode(tokenizer, texts, layer: nn.MultiheadAttention, x):
     out, _ = layer(x, x, x, key_padding_mask=batch["attention_mask"] == 0)
     return out
 """),
+    ("declared-multihead-attention", """\
+class Encoder(nn.Module):
+    attn: nn.MultiheadAttention
+
+    def forward(self, x, attention_mask):
+        out, _ = self.attn(x, x, x, key_padding_mask=attention_mask)
+        return out
+""", {5: "MC502"}, """\
+class Encoder(nn.Module):
+    attn: nn.MultiheadAttention
+
+    def forward(self, x, attention_mask):
+        out, _ = self.attn(x, x, x, key_padding_mask=attention_mask == 0)
+        return out
+"""),
     ("keep-and-upper-triangle", """\
 class Seq2Seq(nn.Module):
     def make_trg_mask(self, trg):
