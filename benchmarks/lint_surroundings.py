@@ -205,7 +205,7 @@ def rename(source: str) -> Rewritten | None:
 
 
 def _first_line(stmt: ast.stmt) -> int:
-    decorators = getattr(stmt, "decorator_list", [])
+    decorators: list[ast.expr] = getattr(stmt, "decorator_list", [])
     return min([stmt.lineno, *(d.lineno for d in decorators)])
 
 
