@@ -24,6 +24,7 @@ back to the line of the original file and compares:
   rename        local names renamed within their kind (mask -> attn_mask, scores -> attn_scores,
                 key_padding_mask -> src_key_padding_mask, q/k/v -> query/key_states/value_states,
                 ...); attribute names, keywords and strings are left alone
+  annotated     `name = value` -> `name: "torch.Tensor" = value`
   crlf          CRLF line endings
   notebook      an .ipynb: a markdown cell, then one code cell per top-level block
   combined      preamble + method + rename + crlf
@@ -266,6 +267,20 @@ def module_level(source: str) -> Rewritten | None:
     return Rewritten("\n".join(out), ".py", where)
 
 
+def annotated(source: str) -> Rewritten | None:
+    """`name = value` -> `name: "torch.Tensor" = value` wherever one plain name is assigned."""
+    tree = ast.parse(source)
+    spots = [(n.targets[0].lineno, n.targets[0].end_col_offset or 0) for n in ast.walk(tree)
+             if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name)]
+    if not spots:
+        return None
+    lines = [s.encode() for s in source.split("\n")]
+    for line, col in sorted(spots, reverse=True):
+        lines[line - 1] = lines[line - 1][:col] + b': "torch.Tensor"' + lines[line - 1][col:]
+    return _same_lines("\n".join(b.decode() for b in lines), source)
+
+
 def crlf(source: str) -> Rewritten:
     return _same_lines(source.replace("\n", "\r\n"), source)
 
@@ -325,6 +340,7 @@ TRANSFORMS: dict[str, Transform] = {
     "import-from": import_from,
     "sdpa-alias": sdpa_alias,
     "rename": rename,
+    "annotated": annotated,
     "crlf": crlf,
     "notebook": notebook,
 }

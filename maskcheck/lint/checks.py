@@ -949,6 +949,8 @@ class Linter:
             elif (isinstance(parent, ast.Assign) and len(parent.targets) == 1
                   and isinstance(parent.targets[0], ast.Name)):
                 self.scope.bool_triu[parent.targets[0].id] = call
+            elif isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
+                self.scope.bool_triu[parent.target.id] = call  # `mask: Tensor = triu(...)`
 
     def _tril(self, call: ast.Call) -> None:
         """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""

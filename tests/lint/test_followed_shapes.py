@@ -121,6 +121,15 @@ class Encoder(nn.Module):
         out, _ = self.attn(x, x, x, key_padding_mask=attention_mask == 0)
         return out
 """),
+    ("annotated-bool-triu-into-mha", """\
+def decode(dec: nn.TransformerDecoder, tgt, memory, n):
+    tgt_mask: torch.Tensor = torch.triu(torch.ones(n, n, dtype=torch.bool))
+    return dec(tgt, memory, tgt_mask=tgt_mask)
+""", {2: "MC503"}, """\
+def decode(dec: nn.TransformerDecoder, tgt, memory, n):
+    tgt_mask: torch.Tensor = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return dec(tgt, memory, tgt_mask=tgt_mask)
+"""),
     ("keep-and-upper-triangle", """\
 class Seq2Seq(nn.Module):
     def make_trg_mask(self, trg):
