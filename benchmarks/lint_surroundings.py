@@ -25,6 +25,8 @@ back to the line of the original file and compares:
                 key_padding_mask -> src_key_padding_mask, q/k/v -> query/key_states/value_states,
                 ...); attribute names, keywords and strings are left alone
   annotated     `name = value` -> `name: "torch.Tensor" = value`
+  method-form   `torch.triu(m, 1)` -> `(m).triu(1)` and the like (triu, tril, masked_fill, add,
+                mul, matmul, bmm)
   crlf          CRLF line endings
   notebook      an .ipynb: a markdown cell, then one code cell per top-level block
   combined      preamble + method + rename + crlf
@@ -281,6 +283,36 @@ def annotated(source: str) -> Rewritten | None:
     return _same_lines("\n".join(b.decode() for b in lines), source)
 
 
+_METHOD_FORMS = frozenset({"triu", "tril", "masked_fill", "add", "mul", "matmul", "bmm"})
+
+
+def method_form(source: str) -> Rewritten | None:
+    """`torch.triu(m, 1)` -> `(m).triu(1)`, `torch.masked_fill(x, m, v)` -> `(x).masked_fill(m, v)`
+    (one-line calls whose arguments hold no such call of their own)."""
+    tree = ast.parse(source)
+    lines = [s.encode() for s in source.split("\n")]
+
+    def text(node: ast.expr) -> str:
+        return lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode()
+
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+             and n.func.value.id == "torch" and n.func.attr in _METHOD_FORMS and n.args
+             and not any(isinstance(a, ast.Starred) for a in n.args)
+             and n.lineno == n.end_lineno]
+    leaves = [c for c in calls if not any(o is not c and o in calls for o in ast.walk(c))]
+    if not leaves:
+        return None
+    for call in sorted(leaves, key=lambda c: (c.lineno, c.col_offset), reverse=True):
+        assert isinstance(call.func, ast.Attribute)
+        rest = [text(a) for a in call.args[1:]] + [
+            f"{k.arg}={text(k.value)}" if k.arg else f"**{text(k.value)}" for k in call.keywords]
+        new = f"({text(call.args[0])}).{call.func.attr}({', '.join(rest)})"
+        row = lines[call.lineno - 1]
+        lines[call.lineno - 1] = row[:call.col_offset] + new.encode() + row[call.end_col_offset:]
+    return _same_lines("\n".join(b.decode() for b in lines), source)
+
+
 def crlf(source: str) -> Rewritten:
     return _same_lines(source.replace("\n", "\r\n"), source)
 
@@ -341,6 +373,7 @@ TRANSFORMS: dict[str, Transform] = {
     "sdpa-alias": sdpa_alias,
     "rename": rename,
     "annotated": annotated,
+    "method-form": method_form,
     "crlf": crlf,
     "notebook": notebook,
 }
