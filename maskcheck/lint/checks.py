@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
     FP16_MAX,
+    TENSOR,
     UNKNOWN,
     Value,
     argument,
@@ -472,6 +473,8 @@ class Linter:
                 scope.values[arg.arg] = UNKNOWN  # shadows outer names
                 if _annotated_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
                     scope.values[arg.arg] = Value(mha=True)
+                elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
+                    scope.values[arg.arg] = TENSOR
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -909,7 +912,7 @@ class Linter:
         known = self.lookup(node.id)
         if known.hf_keep and not known.hf_keep_inverted:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
-        return node.id not in self.scope.assigned and not known
+        return node.id not in self.scope.assigned and known in (UNKNOWN, TENSOR)
 
     def _mha_call(self, call: ast.Call) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
@@ -1139,6 +1142,15 @@ def _annotated_mha(annotation: ast.expr | None) -> bool:
         name = dotted(annotation)
     return name is not None and name.split(".")[-1] in _MHA_CLASSES and (
         "." not in name or name.split(".")[0] in {"nn", "torch"})
+
+
+def _annotated_tensor(annotation: ast.expr | None) -> bool:
+    """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        name: str | None = annotation.value
+    else:
+        name = None if annotation is None else dotted(annotation)
+    return name in {"Tensor", "torch.Tensor"}
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})

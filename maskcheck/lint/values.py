@@ -58,12 +58,14 @@ class Value:
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
+    tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
 
 
 UNKNOWN = Value()
+TENSOR = Value(tensor=True)  # all that is known of a parameter annotated `torch.Tensor`
 Lookup = Callable[[str], Value]
 
 

@@ -11,7 +11,8 @@ from maskcheck.lint.runner import lint_file
 from maskcheck.rules.registry import all_rules
 
 SOURCE_CODES = frozenset(r.code for r in all_rules() if r.kind == "source")
-HEAD = "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+HEAD = ("import math\nfrom typing import Optional\n\nimport torch\nimport torch.nn as nn\n"
+        "import torch.nn.functional as F\n\n\n")
 
 # (name, buggy source, {line: code} expected in it, the fixed twin)
 CASES = [
@@ -129,6 +130,17 @@ def decode(dec: nn.TransformerDecoder, tgt, memory, n):
 def decode(dec: nn.TransformerDecoder, tgt, memory, n):
     tgt_mask: torch.Tensor = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
     return dec(tgt, memory, tgt_mask=tgt_mask)
+"""),
+    ("one-minus-comparison-of-an-annotated-tensor", """\
+class Batch:
+    def __init__(self, src: torch.Tensor, lengths: Optional[torch.Tensor]) -> None:
+        self.mask_src = 1 - (src == 0)
+        self.n = 1 - (lengths == 0)
+""", {3: "MC512"}, """\
+class Batch:
+    def __init__(self, src: torch.Tensor, lengths: Optional[torch.Tensor]) -> None:
+        self.mask_src = ~(src == 0)
+        self.n = 1 - (lengths == 0)
 """),
     ("keep-and-upper-triangle", """\
 class Seq2Seq(nn.Module):
