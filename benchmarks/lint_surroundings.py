@@ -21,6 +21,7 @@ back to the line of the original file and compares:
   import-from   `import torch.nn.functional as F` -> `from torch.nn import functional as F`
   sdpa-alias    `F.scaled_dot_product_attention(` -> `sdpa(` after
                 `from torch.nn.functional import scaled_dot_product_attention as sdpa`
+  torch-alias   `import torch as th`, `torch.x` -> `th.x`
   rename        local names renamed within their kind (mask -> attn_mask, scores -> attn_scores,
                 key_padding_mask -> src_key_padding_mask, q/k/v -> query/key_states/value_states,
                 ...); attribute names, keywords and strings are left alone
@@ -313,6 +314,22 @@ def method_form(source: str) -> Rewritten | None:
     return _same_lines("\n".join(b.decode() for b in lines), source)
 
 
+def torch_alias(source: str) -> Rewritten | None:
+    """`import torch` -> `import torch as th`, and every `torch` name read in code -> `th`."""
+    pattern = re.compile(r"^import torch$", re.MULTILINE)
+    tree = ast.parse(source)
+    if not pattern.search(source) or any(
+            isinstance(n, ast.Name) and n.id == "th" for n in ast.walk(tree)):
+        return None
+    spots = sorted(((n.lineno, n.col_offset) for n in ast.walk(tree)
+                    if isinstance(n, ast.Name) and n.id == "torch"), reverse=True)
+    lines = [s.encode() for s in source.split("\n")]
+    for line, col in spots:
+        lines[line - 1] = lines[line - 1][:col] + b"th" + lines[line - 1][col + len("torch"):]
+    text = pattern.sub("import torch as th", "\n".join(b.decode() for b in lines))
+    return _same_lines(text, source)
+
+
 def crlf(source: str) -> Rewritten:
     return _same_lines(source.replace("\n", "\r\n"), source)
 
@@ -371,6 +388,7 @@ TRANSFORMS: dict[str, Transform] = {
     "module-level": module_level,
     "import-from": import_from,
     "sdpa-alias": sdpa_alias,
+    "torch-alias": torch_alias,
     "rename": rename,
     "annotated": annotated,
     "method-form": method_form,

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
     FP16_MAX,
+    MODULE_ALIASES,
     TENSOR,
     UNKNOWN,
     Value,
@@ -35,6 +36,8 @@ from maskcheck.lint.values import (
     kwarg,
     last_name,
     mentions_mask,
+    module_dotted,
+    note_import,
     number,
     one_minus,
     receiver,
@@ -392,6 +395,13 @@ class Linter:
                                  getattr(node, "end_lineno", None) or line, message, edit))
 
     def run(self, tree: ast.AST) -> list[Hit]:
+        token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
+        try:
+            return self._walk(tree)
+        finally:
+            MODULE_ALIASES.reset(token)
+
+    def _walk(self, tree: ast.AST) -> list[Hit]:
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
         handlers = self._handlers()
@@ -515,8 +525,13 @@ class Linter:
             self._forget_targets(node.target)
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                note_import(alias.name, None, alias.asname)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
+                if node.module and not node.level:
+                    note_import(node.module, alias.name, alias.asname)
                 local = alias.asname or alias.name
                 if alias.name in _API_NAMES:
                     self.scope.values[local] = Value(api=alias.name)
@@ -530,7 +545,7 @@ class Linter:
             return
         if name in {"masked_fill", "masked_fill_"}:
             self._masked_fill(call, name)
-        elif name == "where" and dotted(call.func) == "torch.where" and call.args and (
+        elif name == "where" and module_dotted(call.func) == "torch.where" and call.args and (
                 mentions_mask(call.args[0])):
             self._where(call)
         elif name in {"full", "full_like", "new_full", "fill_"}:
@@ -782,7 +797,7 @@ class Linter:
         return v is not None and math.isfinite(v) and v < -FP16_MAX
 
     def _masked_fill(self, call: ast.Call, name: str) -> None:
-        module_form = dotted(call.func) == "torch.masked_fill"
+        module_form = module_dotted(call.func) == "torch.masked_fill"
         target = call.args[0] if module_form and call.args else receiver(call)
         shift = 1 if module_form else 0
         value = argument(call, 1 + shift, "value")
@@ -1139,7 +1154,7 @@ def _annotated_mha(annotation: ast.expr | None) -> bool:
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         name: str | None = annotation.value
     else:
-        name = dotted(annotation)
+        name = module_dotted(annotation)
     return name is not None and name.split(".")[-1] in _MHA_CLASSES and (
         "." not in name or name.split(".")[0] in {"nn", "torch"})
 
@@ -1149,7 +1164,7 @@ def _annotated_tensor(annotation: ast.expr | None) -> bool:
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         name: str | None = annotation.value
     else:
-        name = None if annotation is None else dotted(annotation)
+        name = None if annotation is None else module_dotted(annotation)
     return name in {"Tensor", "torch.Tensor"}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 FP16_MAX = 65504.0
@@ -142,7 +143,7 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
             except ValueError:
                 return None
         return number(arg, lookup)
-    if dotted(node) in _INF_NAMES:
+    if module_dotted(node) in _INF_NAMES:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
@@ -233,11 +234,40 @@ def call_name(call: ast.Call, lookup: Lookup | None = None) -> str | None:
     return None
 
 
+_MODULE_ROOTS = frozenset({"torch", "np", "numpy", "jnp", "F", "nn"})
+# What the file being linted imports under another name: `import torch as th` -> th: torch,
+# `from torch.nn import functional as fn` -> fn: F. Set per file by the linter's walk.
+MODULE_ALIASES: ContextVar[dict[str, str]] = ContextVar("module_aliases")
+_ALIASED = {"torch": "torch", "numpy": "np", "torch.nn": "nn", "torch.nn.functional": "F",
+            "jax.numpy": "jnp"}
+
+
+def note_import(module: str, name: str | None, asname: str | None) -> None:
+    """Record `import torch as th` / `from torch import nn as tnn` for the file being linted."""
+    full = module if name is None else f"{module}.{name}"
+    canonical = _ALIASED.get(full)
+    local = asname or (None if name is None else name)
+    aliases = MODULE_ALIASES.get(None)
+    if canonical is not None and local is not None and local != canonical and (
+            aliases is not None):
+        aliases[local] = canonical
+
+
+def module_dotted(node: ast.AST) -> str | None:
+    """`dotted`, with an aliased module's root spelled the usual way (`th.where` -> torch.where)."""
+    name = dotted(node)
+    aliases = MODULE_ALIASES.get(None)
+    if name is None or not aliases:
+        return name
+    root, _, rest = name.partition(".")
+    canonical = aliases.get(root)
+    return name if canonical is None else canonical + ("." + rest if rest else "")
+
+
 def is_module_call(call: ast.Call) -> bool:
     """`torch.zeros(...)` rather than `x.zeros(...)`: the receiver is a module-like name."""
     base = receiver(call)
-    return base is None or (dotted(base) or "").split(".")[0] in {
-        "torch", "np", "numpy", "jnp", "F", "nn"}
+    return base is None or (module_dotted(base) or "").split(".")[0] in _MODULE_ROOTS
 
 
 def dtype_of(node: ast.AST | None) -> str | None:

@@ -142,6 +142,25 @@ class Batch:
         self.mask_src = ~(src == 0)
         self.n = 1 - (lengths == 0)
 """),
+    ("torch-imported-as-th", """\
+import torch as th
+from torch.nn import functional as fn
+
+
+def causal_scores(scores, n):
+    future = th.triu(th.ones(n, n) * float("-inf"))
+    causal_mask = th.ones(n, n, dtype=th.bool).tril()
+    return fn.softmax(scores + future, -1), scores + causal_mask
+""", {6: "MC503", 8: "MC509"}, """\
+import torch as th
+from torch.nn import functional as fn
+
+
+def causal_scores(scores, n):
+    future = th.triu(th.ones(n, n) * float("-inf"), diagonal=1)
+    causal_mask = th.ones(n, n, dtype=th.bool).tril()
+    return fn.softmax(scores + future, -1), scores.masked_fill(~causal_mask, float("-inf"))
+"""),
     ("keep-and-upper-triangle", """\
 class Seq2Seq(nn.Module):
     def make_trg_mask(self, trg):
