@@ -395,13 +395,6 @@ class Linter:
                                  getattr(node, "end_lineno", None) or line, message, edit))
 
     def run(self, tree: ast.AST) -> list[Hit]:
-        token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
-        try:
-            return self._walk(tree)
-        finally:
-            MODULE_ALIASES.reset(token)
-
-    def _walk(self, tree: ast.AST) -> list[Hit]:
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
         handlers = self._handlers()
@@ -1201,4 +1194,8 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    return Linter(enabled, source, path).run(tree)
+    token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
+    try:
+        return Linter(enabled, source, path).run(tree)
+    finally:
+        MODULE_ALIASES.reset(token)
