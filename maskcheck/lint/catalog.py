@@ -209,7 +209,8 @@ TRANSPOSED_CAUSAL_MASK = register(RuleInfo(
     "strict upper triangle (`triu(ones, 1)`, or `tril(ones) == 0`); SDPA's bool attn_mask "
     "keeps where it is True, so it needs the lower triangle (`tril(ones)`). The other "
     "triangle hides the past and shows the future: training looks fine and generation is "
-    "garbage.",
+    "garbage. A triangle ANDed with a keep-mask (`tokens != pad_idx`, True = real token) is "
+    "a keep-mask too, so it needs the lower triangle as well.",
     "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
     "scores = scores.masked_fill(causal, float('-inf'))",
     "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
@@ -221,6 +222,7 @@ ZERO_TIMES_INF = register(RuleInfo(
     "A 0/1 matrix multiplied by float('-inf'): 0 * -inf is NaN.",
     "IEEE 754 defines 0 * inf as NaN. `torch.triu(torch.ones(n, n), 1) * float('-inf')` "
     "gives -inf above the diagonal and NaN everywhere else, so every attention row is NaN. "
+    "The same holds for `(1 - m) * float('-inf')`, the usual inversion of a 0/1 mask. "
     "With -1e9 the product is 0 where the matrix is 0; with -inf it must be a fill.",
     "mask = torch.triu(torch.ones(n, n), diagonal=1) * float('-inf')",
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
@@ -245,7 +247,8 @@ BUFFER_MUTATED_IN_FORWARD = register(RuleInfo(
     "A mask registered with register_buffer is meant to be built once. An in-place "
     "masked_fill_ on it inside forward rewrites the buffer on every call: the first batch's "
     "padding leaks into every later batch, the state_dict holds a corrupted mask, and "
-    "fills accumulate until whole rows are masked.",
+    "fills accumulate until whole rows are masked. Methods named forward_* / _forward* and "
+    "closures defined in them count as forward.",
     "class M(nn.Module):\n"
     "    def __init__(self, n):\n"
     "        super().__init__()\n"

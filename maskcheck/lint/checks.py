@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
     FP16_MAX,
+    MODULE_ALIASES,
+    TENSOR,
     UNKNOWN,
     Value,
     argument,
@@ -34,7 +36,10 @@ from maskcheck.lint.values import (
     kwarg,
     last_name,
     mentions_mask,
+    module_dotted,
+    note_import,
     number,
+    one_minus,
     receiver,
     root_name,
     self_attr,
@@ -299,6 +304,14 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
     return name is not None and _MASK_WORD.search(name) is not None
 
 
+def _names_a_mask(node: ast.AST) -> bool:
+    """A mask by name (`mask`, `causal`, `extended`), not a `bias`: an additive mask times a
+    mask stays a mask (LED, Funnel), but `bias * pad_bias` multiplies a learned pair bias
+    (Biohub/esm's pair representation) by -inf."""
+    return any(word in (dotted(n) or "").lower() for n in ast.walk(node)
+               for word in ("mask", "causal", "extended"))
+
+
 _CLAMPS = frozenset({"clamp", "clamp_", "clip", "clamp_min", "maximum"})
 
 
@@ -540,6 +553,10 @@ class Linter:
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
                 scope.values[arg.arg] = UNKNOWN  # shadows outer names
+                if _annotated_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
+                    scope.values[arg.arg] = Value(mha=True)
+                elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
+                    scope.values[arg.arg] = TENSOR
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -578,6 +595,12 @@ class Linter:
                 self._branch_values[id(node)] = self.scope.values.get(name, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
+                _annotated_mha(node.annotation)):
+            # `layer: nn.MultiheadAttention` declared (a module or class attribute annotation)
+            self.scope.values[node.target.id] = Value(mha=True)
+            if self.scope.kind == "class":
+                self.scope.values["self." + node.target.id] = Value(mha=True)
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
                 # `s += mask` reads like `s = s + mask` for the rules on + and *
@@ -587,8 +610,13 @@ class Linter:
             self._forget_targets(node.target)
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                note_import(alias.name, None, alias.asname)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
+                if node.module and not node.level:
+                    note_import(node.module, alias.name, alias.asname)
                 local = alias.asname or alias.name
                 if alias.name in _API_NAMES:
                     self.scope.values[local] = Value(api=alias.name)
@@ -604,7 +632,7 @@ class Linter:
             return
         if name in {"masked_fill", "masked_fill_"}:
             self._masked_fill(call, name)
-        elif name == "where" and dotted(call.func) == "torch.where" and call.args and (
+        elif name == "where" and module_dotted(call.func) == "torch.where" and call.args and (
                 mentions_mask(call.args[0])):
             self._where(call)
         elif name in {"full", "full_like", "new_full", "fill_"}:
@@ -724,9 +752,14 @@ class Linter:
                 cls.values.pop("self." + attr, None)
 
     def _in_forward(self) -> bool:
-        for scope in reversed(self.scopes):
-            if scope.kind == "function":
-                return scope.name in {"forward", "__call__"}
+        """Inside a method that runs on every call: `forward`, `forward_*`, `__call__`, or a
+        closure or lambda defined in one (the method is the function directly in a class)."""
+        for depth in range(len(self.scopes) - 1, 0, -1):
+            scope, outer = self.scopes[depth], self.scopes[depth - 1]
+            if scope.kind == "class":
+                return False
+            if scope.kind == "function" and outer.kind == "class":
+                return scope.name == "__call__" or scope.name.lstrip("_").startswith("forward")
         return False
 
     # --- expressions ---
@@ -750,6 +783,20 @@ class Linter:
             self._difference(node)
         elif isinstance(node.op, ast.Add):
             self._sum(node, clamped=_is_clamped(node, parent))
+        elif isinstance(node.op, ast.BitAnd):
+            self._keep_and_triangle(node)
+
+    def _keep_and_triangle(self, node: ast.BinOp) -> None:
+        """`(trg != pad_idx)[...] & torch.triu(ones).bool()`: True = keep on one side, so the
+        triangle is a keep-mask too, and an upper one keeps the future."""
+        left, right = self.value(node.left), self.value(node.right)
+        for keep, tri, tri_node in ((left, right, node.right), (right, left, node.left)):
+            if (keep.pad_keep or (keep.hf_keep and not keep.hf_keep_inverted)) and (
+                    tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
+                self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
+                            "but it is combined with a keep-mask (True = real token): every "
+                            "query keeps the future; use tril (or `triu(..., 1) == 0`)")
+                return
 
     def _is_bool(self, node: ast.AST) -> bool:
         """A comparison, `~x` or a value known to be bool."""
@@ -764,7 +811,7 @@ class Linter:
             if self._is_large_negative(big) and mentions_mask(other) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
-                    other)):
+                    other) or one_minus(other)):
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
@@ -773,7 +820,7 @@ class Linter:
             # So does one times a bool (transformers' `causal_mask *= arange > cache_position`:
             # finfo.min * False = 0, finite).
             if facts.additive and _tensor_operand(other) and not self.value(
-                    other).zero_one and not mentions_mask(other) and not self._is_bool(other):
+                    other).zero_one and not _names_a_mask(other) and not self._is_bool(other):
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
@@ -837,7 +884,7 @@ class Linter:
         return v is not None and math.isfinite(v) and v < -FP16_MAX
 
     def _masked_fill(self, call: ast.Call, name: str) -> None:
-        module_form = dotted(call.func) == "torch.masked_fill"
+        module_form = module_dotted(call.func) == "torch.masked_fill"
         target = call.args[0] if module_form and call.args else receiver(call)
         shift = 1 if module_form else 0
         value = argument(call, 1 + shift, "value")
@@ -866,7 +913,7 @@ class Linter:
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
         if name == "masked_fill_" and self._in_forward() and target is not None:
-            attr = self_attr(target)
+            attr = self_attr(_inplace_base(target))
             cls = self._class_scope()
             if attr is not None and cls is not None and attr in cls.buffer_attrs:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
@@ -1000,7 +1047,7 @@ class Linter:
         known = self.lookup(node.id)
         if known.hf_keep and not known.hf_keep_inverted:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
-        return node.id not in self.scope.assigned and not known
+        return node.id not in self.scope.assigned and known in (UNKNOWN, TENSOR)
 
     def _mha_call(self, call: ast.Call) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
@@ -1040,6 +1087,8 @@ class Linter:
             elif (isinstance(parent, ast.Assign) and len(parent.targets) == 1
                   and isinstance(parent.targets[0], ast.Name)):
                 self.scope.bool_triu[parent.targets[0].id] = call
+            elif isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
+                self.scope.bool_triu[parent.target.id] = call  # `mask: Tensor = triu(...)`
 
     def _tril(self, call: ast.Call) -> None:
         """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""
@@ -1214,6 +1263,44 @@ class Linter:
                         "use tril (or `triu(..., 1) == 0`)")
 
 
+_MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
+                          "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"})
+
+
+def _annotated_mha(annotation: ast.expr | None) -> bool:
+    """A parameter annotated as one of torch's own attention modules (True = padding)."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        name: str | None = annotation.value
+    else:
+        name = module_dotted(annotation)
+    return name is not None and name.split(".")[-1] in _MHA_CLASSES and (
+        "." not in name or name.split(".")[0] in {"nn", "torch"})
+
+
+def _annotated_tensor(annotation: ast.expr | None) -> bool:
+    """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        name: str | None = annotation.value
+    else:
+        name = None if annotation is None else module_dotted(annotation)
+    return name in {"Tensor", "torch.Tensor"}
+
+
+_INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
+
+
+def _inplace_base(node: ast.expr) -> ast.expr:
+    """`self.bias` for `self.bias.fill_(0.0)`: an in-place call returns its own receiver."""
+    while isinstance(node, ast.Call) and call_name(node) in _INPLACE:
+        base = receiver(node)
+        if base is None:
+            break
+        node = base
+    return node
+
+
 def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     """Insert `, text` before a call's closing parenthesis."""
     end_line, end_col = call.end_lineno, call.end_col_offset
@@ -1295,11 +1382,15 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    linter = Linter(enabled, source, path)
-    hits = linter.run(tree)
-    if linter.param_hits:
-        hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
-    return hits
+    token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
+    try:
+        linter = Linter(enabled, source, path)
+        hits = linter.run(tree)
+        if linter.param_hits:
+            hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
+        return hits
+    finally:
+        MODULE_ALIASES.reset(token)
 
 
 def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 FP16_MAX = 65504.0
@@ -61,18 +62,21 @@ class Value:
     tri: str | None = None  # where the True/1 entries sit: lower, upper, slower, supper (strict)
     hf_keep: bool = False  # a tokenizer's attention_mask: 1 = real token, int64
     hf_keep_inverted: bool = False  # that mask turned into True = padding (`== 0`, `~m.bool()`)
+    pad_keep: bool = False  # `tokens != pad_idx`: True at real tokens (a keep-mask by its test)
     tokens: bool = False  # a tokenizer's output (a BatchEncoding)
     cached: bool = False  # keys/values concatenated with a cache: L != S
     grad: bool = False  # requires grad
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
+    tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
 
 
 UNKNOWN = Value()
+TENSOR = Value(tensor=True)  # all that is known of a parameter annotated `torch.Tensor`
 Lookup = Callable[[str], Value]
 
 
@@ -149,7 +153,7 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
             except ValueError:
                 return None
         return number(arg, lookup)
-    if dotted(node) in _INF_NAMES:
+    if module_dotted(node) in _INF_NAMES:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
@@ -240,11 +244,40 @@ def call_name(call: ast.Call, lookup: Lookup | None = None) -> str | None:
     return None
 
 
+_MODULE_ROOTS = frozenset({"torch", "np", "numpy", "jnp", "F", "nn"})
+# What the file being linted imports under another name: `import torch as th` -> th: torch,
+# `from torch.nn import functional as fn` -> fn: F. Set per file by the linter's walk.
+MODULE_ALIASES: ContextVar[dict[str, str]] = ContextVar("module_aliases")
+_ALIASED = {"torch": "torch", "numpy": "np", "torch.nn": "nn", "torch.nn.functional": "F",
+            "jax.numpy": "jnp"}
+
+
+def note_import(module: str, name: str | None, asname: str | None) -> None:
+    """Record `import torch as th` / `from torch import nn as tnn` for the file being linted."""
+    full = module if name is None else f"{module}.{name}"
+    canonical = _ALIASED.get(full)
+    local = asname or (None if name is None else name)
+    aliases = MODULE_ALIASES.get(None)
+    if canonical is not None and local is not None and local != canonical and (
+            aliases is not None):
+        aliases[local] = canonical
+
+
+def module_dotted(node: ast.AST) -> str | None:
+    """`dotted`, with an aliased module's root spelled the usual way (`th.where` -> torch.where)."""
+    name = dotted(node)
+    aliases = MODULE_ALIASES.get(None)
+    if name is None or not aliases:
+        return name
+    root, _, rest = name.partition(".")
+    canonical = aliases.get(root)
+    return name if canonical is None else canonical + ("." + rest if rest else "")
+
+
 def is_module_call(call: ast.Call) -> bool:
     """`torch.zeros(...)` rather than `x.zeros(...)`: the receiver is a module-like name."""
     base = receiver(call)
-    return base is None or (dotted(base) or "").split(".")[0] in {
-        "torch", "np", "numpy", "jnp", "F", "nn"}
+    return base is None or (module_dotted(base) or "").split(".")[0] in _MODULE_ROOTS
 
 
 def dtype_of(node: ast.AST | None) -> str | None:
@@ -340,6 +373,11 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
 
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
+    if isinstance(node.value, ast.Name) and node.value.id == "self":
+        # `self.mask.bool()[:n, :n]`: the buffer or attribute as the class bound it.
+        known = lookup("self." + node.attr)
+        if known:
+            return known
     if node.attr in _TRANSPOSES:
         base = _describe_receiver(node.value, node.attr, lookup)
         return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
@@ -388,7 +426,7 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     left, op, right = node.left, node.ops[0], node.comparators[0]
     lv = describe(left, lookup)
     tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
-        mentions_mask(left) or (last_name(left) or "").endswith("ids"))
+        mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
@@ -409,13 +447,21 @@ def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
         dotted(right) or last_name(right) or "").lower()
 
 
+def _names_pad_index(node: ast.AST) -> bool:
+    """`self.trg_pad_idx`, `PAD_IDX`, `self.null_idx`, `padding_idx`: a token id to compare with."""
+    text = (dotted(node) or "").lower()
+    return "pad" in text or "null_idx" in text
+
+
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True)
         if isinstance(op, ast.NotEq):
-            return replace(out, hf_keep=True)
+            return replace(out, hf_keep=True, pad_keep=True)
+    if isinstance(op, ast.NotEq) and _names_pad_index(right):
+        return replace(out, pad_keep=True)
     c = number(right)
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
@@ -450,7 +496,7 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     left, right = describe(node.left, lookup), describe(node.right, lookup)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
-            if _one_minus(a_node) and is_finfo_min(b_node, lookup):
+            if one_minus(a_node) and is_finfo_min(b_node, lookup):
                 return Value(finfo_min=True, additive=True)  # HF's `(1.0 - m) * finfo.min`
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
@@ -468,7 +514,8 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 
-def _one_minus(node: ast.AST) -> bool:
+def one_minus(node: ast.AST) -> bool:
+    """`1 - m`, `1.0 - m`: the usual inversion of a 0/1 mask."""
     return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
             and number(node.left) == 1)
 
@@ -560,6 +607,9 @@ def _describe_factory(
         return Value(dtype="bool", tri=tri)
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
+    if name in _PRODUCTS:
+        operands = call.args[1:] if name == "einsum" else call.args[:2]
+        return _product_dtype([describe(a, lookup).dtype for a in operands])
     if name in {"softmax", "log_softmax"} and call.args:
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
     if name in _KEEPS_DTYPE and call.args:
@@ -575,6 +625,16 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+# Products whose result has their operands' dtype (`einsum` of two float16 tensors is float16).
+_PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
+
+
+def _product_dtype(dtypes: list[str | None]) -> Value | None:
+    """The dtype of a product when every known operand agrees and at least one is known."""
+    known = {d for d in dtypes if d is not None}
+    if len(known) == 1 and known <= {"fp32", "half"}:
+        return Value(dtype=known.pop())
+    return None
 
 
 def _int_literal(node: ast.AST) -> bool:
@@ -602,6 +662,8 @@ def _holds_finfo_min(node: ast.AST, lookup: Lookup) -> bool:
 
 
 def _names_a_cache(node: ast.AST) -> bool:
+    while isinstance(node, ast.Subscript):  # `past[0]`, `past_key_value[0]`, `cache["k"]`
+        node = node.value
     text = (dotted(node) or last_name(node) or "").lower()
     return any(word in text for word in ("cache", "past", "prev"))
 

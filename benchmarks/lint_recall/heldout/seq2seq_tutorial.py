@@ -56,7 +56,7 @@ class Seq2Seq(nn.Module):
         trg_pad_mask = (trg != self.trg_pad_idx).unsqueeze(1).unsqueeze(2)
         trg_len = trg.shape[1]
         trg_sub_mask = torch.triu(torch.ones((trg_len, trg_len), device=self.device)).bool()  # expect: MC521 keep-mask
-        trg_mask = trg_pad_mask & trg_sub_mask
+        trg_mask = trg_pad_mask & trg_sub_mask  # also: MC521
         return trg_mask
 
     def forward(self, src, trg):
