@@ -146,7 +146,8 @@ _NOT_WALKED = frozenset({
     "ctx", "id", "attr", "arg", "name", "asname", "module", "level", "names", "op", "ops",
     "is_async", "kind", "type_comment", "conversion", "simple", "tag", "kwd_attrs", "rest",
 })
-_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+# `ast.If` pushes its own children (`Linter._enter_if`).
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {ast.If: ()}
 
 
 def _child_fields(kind: type) -> tuple[str, ...]:
@@ -374,6 +375,8 @@ class Linter:
         self._branch_marks: dict[int, str] = {}
         self._branch_values: dict[int, Value] = {}
         self._joins: dict[int, dict[str, ast.Assign]] = {}
+        # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
+        self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
         # MC501 on a function's own parameter: kept only if a call in this file may pass a
         # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
         # parameters asked about -> the dtypes the calls pass.
@@ -525,6 +528,27 @@ class Linter:
                 self._branch_marks[id(stmt)] = name
             self._joins[id(node)] = joined
             stack.append((_Exit("join", node), None))
+        # The children are pushed here, not by the walk (`_FIELDS_CACHE[ast.If]` is empty), so
+        # that a dtype guard can narrow its name over the one branch where it is not bool.
+        guard = _not_bool_branch(node.test)
+        if guard is None:
+            _push_statements(stack, node.orelse, node)
+            _push_statements(stack, node.body, node)
+        else:
+            name, in_body = guard
+            if in_body:  # `if m.dtype != torch.bool:` / `if m.is_floating_point():`
+                _push_statements(stack, node.orelse, node)
+                stack.append((_Exit("unnarrow", node), None))
+                _push_statements(stack, node.body, node)
+                stack.append((_Exit("narrow", node), None))
+            else:  # `if m.dtype == torch.bool: ... else: <m is not bool>`
+                stack.append((_Exit("unnarrow", node), None))
+                _push_statements(stack, node.orelse, node)
+                stack.append((_Exit("narrow", node), None))
+                _push_statements(stack, node.body, node)
+            self._narrowed[id(node)] = (name, in_body, None)
+        if type(node.test) not in _LEAVES:
+            stack.append((node.test, node))
 
     def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, (ast.With, ast.AsyncWith))
@@ -573,12 +597,36 @@ class Linter:
         if marker.what == "join":
             self._join_branches(marker.node)
             return
+        if marker.what == "narrow":
+            self._narrow(marker.node)
+            return
+        if marker.what == "unnarrow":
+            self._unnarrow(marker.node)
+            return
         done = self.scopes.pop()
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
                                 "fill of a tensor that requires grad; use masked_fill")
+
+    def _narrow(self, node: ast.AST | None) -> None:
+        """Entering the branch of a dtype guard where the name is not bool (mmdet's and torch's
+        `if attn_mask.dtype == torch.bool: masked_fill_ ... else: weights += attn_mask`): what
+        the walk believed about its dtype does not hold there."""
+        name, in_body, _ = self._narrowed[id(node)]
+        self._narrowed[id(node)] = (name, in_body, self.scope.values.get(name))
+        self.scope.values[name] = UNKNOWN  # shadows an enclosing scope's value too
+
+    def _unnarrow(self, node: ast.AST | None) -> None:
+        assert isinstance(node, ast.If)
+        name, in_body, before = self._narrowed.pop(id(node))
+        if _assigns_name(node.body if in_body else node.orelse, name):
+            return  # the branch bound the name anew: its value stands
+        if before is None:
+            self.scope.values.pop(name, None)
+        else:
+            self.scope.values[name] = before
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -1343,6 +1391,47 @@ def _stored_names(stmt: ast.stmt) -> set[str]:
     return names
 
 
+def _push_statements(stack: _Stack, body: list[ast.stmt], parent: ast.AST) -> None:
+    """Push statements so that the stack pops them in source order."""
+    for stmt in reversed(body):
+        if type(stmt) not in _LEAVES:
+            stack.append((stmt, parent))
+
+
+def _not_bool_branch(test: ast.expr) -> tuple[str, bool] | None:
+    """For a dtype guard on a plain name, the name and whether the If's body (True) or its
+    else branch (False) is where the name is not a bool tensor: `m.dtype == torch.bool` /
+    `is` (else branch), `m.dtype != torch.bool` / `is not`, `m.is_floating_point()` and
+    `torch.is_floating_point(m)` (body)."""
+    if isinstance(test, ast.Call) and not test.keywords:
+        if (isinstance(test.func, ast.Attribute) and test.func.attr == "is_floating_point"):
+            if not test.args and isinstance(test.func.value, ast.Name):
+                return test.func.value.id, True
+            if (len(test.args) == 1 and isinstance(test.args[0], ast.Name)
+                    and module_dotted(test.func) == "torch.is_floating_point"):
+                return test.args[0].id, True
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    sides = (test.left, test.comparators[0])
+    dtype_of_name = [s.value.id for s in sides if isinstance(s, ast.Attribute)
+                     and s.attr == "dtype" and isinstance(s.value, ast.Name)]
+    is_bool = [s for s in sides if module_dotted(s) == "torch.bool"]
+    if len(dtype_of_name) != 1 or len(is_bool) != 1:
+        return None
+    op = test.ops[0]
+    if isinstance(op, (ast.Eq, ast.Is)):
+        return dtype_of_name[0], False
+    if isinstance(op, (ast.NotEq, ast.IsNot)):
+        return dtype_of_name[0], True
+    return None
+
+
+def _assigns_name(body: list[ast.stmt], name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+               for stmt in body for n in ast.walk(stmt))
+
+
 def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
     """Names an if/else body binds last with a plain assignment -> that statement (the value
     the body leaves); joined with the value after the else branch."""
@@ -1382,6 +1471,8 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
+    if _other_framework_module(tree):
+        return []
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
         linter = Linter(enabled, source, path)
@@ -1391,6 +1482,29 @@ def lint_tree(
         return hits
     finally:
         MODULE_ALIASES.reset(token)
+
+
+# Frameworks whose code reads like torch's and is not: in gluonts' MXNet models `F.eye`,
+# `x > 0` (a float 0/1 array there) and `1 - m` follow MXNet, so no torch rule applies to a
+# module that imports one of these and never torch.
+_OTHER_FRAMEWORKS = frozenset({
+    "mxnet", "tensorflow", "jax", "flax", "paddle", "keras", "mindspore"})
+
+
+def _other_framework_module(tree: ast.AST) -> bool:
+    roots: set[str] = set()
+    statements = list(getattr(tree, "body", []))
+    for stmt in statements:
+        if isinstance(stmt, ast.Import):
+            roots.update(alias.name.partition(".")[0] for alias in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module:
+            roots.add(stmt.module.partition(".")[0])
+        elif isinstance(stmt, (ast.If, ast.Try)):  # `try: import torch` / `if TYPE_CHECKING:`
+            statements.extend(stmt.body)
+            statements.extend(stmt.orelse)
+            for handler in getattr(stmt, "handlers", []):
+                statements.extend(handler.body)
+    return "torch" not in roots and not roots.isdisjoint(_OTHER_FRAMEWORKS)
 
 
 def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,

@@ -145,3 +145,69 @@ def test_a_staticmethod_is_matched_to_its_callers_without_self(tmp_path: Path) -
               "        return self._fill(pad.float(), x)\n")
     # The float32 argument is `pad`, not `logits`: the finding stays.
     assert _codes(tmp_path / "head.py", source) == ["MC501"]
+
+
+# mmdet mmdet/models/layers/transformer/utils.py:613 (and torch's own MHA): a uint8 mask is made
+# bool in a one-armed `if`, then a dtype guard sends bool masks to masked_fill_ and the rest to +=.
+DTYPE_GUARD = '''import torch
+
+
+def attend(q, k, attn_mask, key_padding_mask):
+    if attn_mask.dtype == torch.uint8:
+        attn_mask = attn_mask.to(torch.bool)
+    weights = torch.bmm(q, k.transpose(1, 2))
+    if attn_mask.dtype {op} torch.bool:
+        {first}
+    else:
+        {second}
+    return weights + attn_mask
+'''
+FILL = "weights.masked_fill_(attn_mask, float('-inf'))"
+ADD = "weights += attn_mask"
+
+
+def _mc509_lines(tmp_path: Path, source: str) -> list[int]:
+    path = tmp_path / "attention.py"
+    path.write_text(source)
+    report = lint_file(str(path), frozenset({"MC509"}))
+    assert report.error is None, report.error
+    return [f.line for f in report.findings]
+
+
+def test_the_branch_a_dtype_guard_rules_out_bool_is_silent(tmp_path: Path) -> None:
+    guarded = DTYPE_GUARD.format(op="==", first=FILL, second=ADD)
+    # the += in the else branch is not a bool mask; after the if, the one-armed `.to(torch.bool)`
+    # still reads as bool (line 12)
+    assert _mc509_lines(tmp_path, guarded) == [12]
+    flipped = DTYPE_GUARD.format(op="!=", first=ADD, second=FILL)
+    assert _mc509_lines(tmp_path, flipped) == [12]
+
+
+def test_the_bool_branch_of_a_dtype_guard_keeps_its_finding(tmp_path: Path) -> None:
+    # adding in the branch where the mask IS bool is the bug
+    wrong = DTYPE_GUARD.format(op="==", first=ADD, second=FILL)
+    assert _mc509_lines(tmp_path, wrong) == [9, 12]
+
+
+def test_a_float_guard_narrows_its_body(tmp_path: Path) -> None:
+    source = DTYPE_GUARD.replace("if attn_mask.dtype {op} torch.bool:",
+                                 "if attn_mask.is_floating_point():")
+    assert _mc509_lines(tmp_path, source.format(first=ADD, second=FILL)) == [12]
+
+
+# gluonts src/gluonts/mx/activation.py:152: MXNet code, where `x > 0` is a float 0/1 array.
+MXNET = '''import mxnet as mx
+
+from gluonts.mx import Tensor
+
+
+def deriv_elu(F, x: Tensor, alpha: float = 1.0):
+    m = x > 0
+    return m + (1 - m) * (F.LeakyReLU(x, act_type="elu", slope=alpha) + alpha)
+'''
+
+
+def test_a_module_of_another_framework_is_not_torch_code(tmp_path: Path) -> None:
+    assert _codes(tmp_path / "activation.py", MXNET) == []
+    with_torch = MXNET.replace("import mxnet as mx\n", "import mxnet as mx\nimport torch\n")
+    assert _codes(tmp_path / "activation.py", with_torch) == ["MC512"]
