@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
+    BF16_MAX,
     FP16_MAX,
+    HALF_DTYPES,
     MODULE_ALIASES,
     TENSOR,
     UNKNOWN,
@@ -25,6 +27,7 @@ from maskcheck.lint.values import (
     call_name,
     describe,
     dotted,
+    dtype_of,
     is_finfo_min,
     is_masking_value,
     is_module_call,
@@ -941,7 +944,7 @@ class Linter:
         if value is not None and self._is_large_negative(value):
             self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
-                target_facts.dtype == "half"):
+                target_facts.dtype in HALF_DTYPES):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         "float16/bfloat16 tensor with it raises (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
@@ -994,7 +997,7 @@ class Linter:
         if fill is None or not self._is_large_negative(fill):
             return
         dtype = kwarg(call, "dtype")
-        if _is_wide_float(dtype):
+        if _is_wide_float(dtype) or (dtype_of(dtype) == "bf16" and self._fits_bf16(fill)):
             return
         if name == "full" and dtype is None:
             return  # torch.full with a Python float and no dtype is float32
@@ -1002,7 +1005,7 @@ class Linter:
         if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
             return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)
         if target is not None and dtype is None and not (
-                mentions_mask(target) or self.value(target).dtype == "half"):
+                mentions_mask(target) or self.value(target).dtype in HALF_DTYPES):
             return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
 
@@ -1013,8 +1016,11 @@ class Linter:
             # A test that reached this fill in float16 would fail on its first run: what is
             # left in tests is a float32 reference's sentinel (vllm's kernel tests).
             return
-        if target is not None and self.value(target).dtype == "fp32":
+        target_dtype = None if target is None else self.value(target).dtype
+        if target_dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        if target_dtype == "bf16" and self._fits_bf16(value):
+            return  # bfloat16 has float32's range: -1e9 is finite there
         text = self._text(value)
         v = number(value, self.lookup)
         shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
@@ -1024,6 +1030,10 @@ class Linter:
         param = self._own_parameter(target)
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
+
+    def _fits_bf16(self, value: ast.AST) -> bool:
+        v = number(value, self.lookup)
+        return v is not None and abs(v) <= BF16_MAX
 
     def _own_parameter(self, node: ast.AST | None) -> _Param | None:
         """The enclosing function's parameter that `node` still is (not rebound), if any."""

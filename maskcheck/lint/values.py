@@ -39,6 +39,10 @@ _ARRAY_METHODS = _KEEPS_VALUES | _TRANSPOSES | {
     "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as"}
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
+# The float dtype facts: float32, float16 and bfloat16 (same range as float32, so -1e9 fits).
+_FLOAT_DTYPES = frozenset({"fp32", "half", "bf16"})
+HALF_DTYPES = frozenset({"half", "bf16"})
+BF16_MAX = 3.3895313892515355e38
 _FP32 = frozenset({"float32", "float", "float64", "double"})
 _INT = frozenset({"long", "int64", "int", "int32", "int8", "uint8", "int16", "short"})
 # Where the True (or 1) entries of a triangle sit, and what `== 0` / `~` turns them into.
@@ -50,7 +54,7 @@ _TOKENIZER_HINTS = ("tokenizer", "processor")
 
 @dataclass(frozen=True)
 class Value:
-    dtype: str | None = None  # "bool" | "int" | "fp32" | "half" | None (unknown)
+    dtype: str | None = None  # "bool" | "int" | "fp32" | "half" | "bf16" | None (unknown)
     additive: bool = False  # a matrix of 0 and -inf / large negatives (an additive mask)
     finfo_min: bool = False  # filled with torch.finfo(...).min
     zero_one: bool = False  # a numeric matrix of 0 and 1 (triu/tril of ones, bool.float())
@@ -294,7 +298,7 @@ def dtype_of(node: ast.AST | None) -> str | None:
     if last in {"bool", "bool_"}:
         return "bool"
     if last in _HALF:
-        return "half"
+        return "bf16" if last == "bfloat16" else "half"
     if last in _FP32 and name != "float":  # the Python builtin `float` as a dtype is float64
         return "fp32"
     if name == "float":
@@ -510,7 +514,7 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
             left.dtype == "bool" and right.dtype == "bool"):
         return Value(dtype="bool")
-    dtype = left.dtype if left.dtype in {"fp32", "half"} else None
+    dtype = left.dtype if left.dtype in _FLOAT_DTYPES else None
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 
@@ -621,7 +625,7 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
     """A float result's dtype: `dtype=` if given (`x.sum(dtype=torch.float32)`), else the
     input's when it is a float one (an int or bool sum is int64: not followed)."""
     dtype = dtype_of(kwarg(call, "dtype")) or value.dtype
-    return Value(dtype=dtype) if dtype in {"fp32", "half"} else None
+    return Value(dtype=dtype) if dtype in _FLOAT_DTYPES else None
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
@@ -632,7 +636,7 @@ _PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
 def _product_dtype(dtypes: list[str | None]) -> Value | None:
     """The dtype of a product when every known operand agrees and at least one is known."""
     known = {d for d in dtypes if d is not None}
-    if len(known) == 1 and known <= {"fp32", "half"}:
+    if len(known) == 1 and known <= _FLOAT_DTYPES:
         return Value(dtype=known.pop())
     return None
 
@@ -675,8 +679,10 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return replace(base, grad=flag is None or not is_zero(flag))
     if name in {"float", "double"}:
         return _retyped(base, "fp32")
-    if name in {"half", "bfloat16"}:
+    if name == "half":
         return _retyped(base, "half")
+    if name == "bfloat16":
+        return _retyped(base, "bf16")
     if name == "bool":
         return replace(base, dtype="bool", zero_one=False, number=None)
     if name in {"long", "int"}:
@@ -699,6 +705,12 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
               "le": ast.LtE()}[name]
         base_node = receiver(call)
         return _compared(base, op, call.args[0], base_node if base_node is not None else call)
+    if name == "view" and len(call.args) == 1 and not isinstance(call.args[0], ast.Constant):
+        # `x.view(torch.int32)` reinterprets the bits as another dtype (vllm fills a bfloat16
+        # buffer with INT32_MIN that way): only the new dtype is known.
+        reinterpreted = dtype_of(call.args[0])
+        if reinterpreted is not None:
+            return Value(dtype=reinterpreted)
     if name in _KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         return replace(base, tokens=False, api=None, mha=False, grad=grad)
@@ -729,7 +741,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
 
 def _starts_empty(base: Value) -> bool:
     """A zeros matrix: filling it with -inf makes an additive mask."""
-    return base.zeros and base.dtype in {None, "fp32", "half"}
+    return base.zeros and (base.dtype is None or base.dtype in _FLOAT_DTYPES)
 
 
 def _is_device(node: ast.AST) -> bool:

@@ -211,3 +211,33 @@ def test_a_module_of_another_framework_is_not_torch_code(tmp_path: Path) -> None
     assert _codes(tmp_path / "activation.py", MXNET) == []
     with_torch = MXNET.replace("import mxnet as mx\n", "import mxnet as mx\nimport torch\n")
     assert _codes(tmp_path / "activation.py", with_torch) == ["MC512"]
+
+
+# vllm .../cutedsl/moe/tail_runtime.py:103: a 16-bit buffer's bits filled with INT32_MIN (there a
+# bfloat16 one; float16 here, where the fill without the view would overflow).
+BIT_VIEW = '''import torch
+
+
+def make(cap, device):
+    reduced = torch.empty((3, cap, 3584), dtype=torch.{half}, device=device)
+    reduced.view({dtype}).fill_(-0x80000000)
+    return reduced
+'''
+
+
+def test_a_fill_through_a_dtype_view_has_the_view_dtype(tmp_path: Path) -> None:
+    path = tmp_path / "tail_runtime.py"
+    assert _codes(path, BIT_VIEW.format(half="float16", dtype="torch.int32")) == []
+    assert _codes(path, BIT_VIEW.format(half="float16", dtype="3, -1")) == ["MC501"]
+
+
+def test_bfloat16_has_the_range_of_float32(tmp_path: Path) -> None:
+    # -2**31 and -1e9 are finite in bfloat16 (checked on torch 2.13); 1e39 is not
+    path = tmp_path / "tail_runtime.py"
+    assert _codes(path, BIT_VIEW.format(half="bfloat16", dtype="3, -1")) == []
+    source = "import torch\n\ndef f(m, y):\n    x = y.bfloat16()\n    return x.masked_fill(m, {v})\n"
+    assert _codes(path, source.format(v="-1e9")) == []
+    assert _codes(path, source.format(v="-1e39")) == ["MC501"]
+    full = "import torch\n\ndef f(n):\n    return torch.full((n, n), -1e9, dtype=torch.{d})\n"
+    assert _codes(path, full.format(d="bfloat16")) == []
+    assert _codes(path, full.format(d="float16")) == ["MC501"]
