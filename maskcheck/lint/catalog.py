@@ -14,7 +14,9 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "scores raises 'value cannot be converted to type c10::Half without overflow', and an "
     "additive mask built as `(1 - mask) * -1e9` becomes -inf once cast to fp16, so a fully "
     "masked row turns into NaN after softmax. The same code works in fp32, which is why it "
-    "survives until someone turns on autocast or loads the model in half precision.",
+    "survives until someone turns on autocast or loads the model in half precision. bfloat16 "
+    "has float32's range, so -1e9 is finite there: the rule stays silent on a tensor the file "
+    "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`).",
     "scores = scores.masked_fill(mask == 0, -1e9)",
     "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
     "use torch.finfo(x.dtype).min (or float('-inf') with a safe softmax) instead of the literal",
