@@ -51,13 +51,29 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     files += [reports[path] for path, _ in items]
     for p in inputs.masks:
         walked = p in inputs.walked
-        if walked and is_torchscript(p):
+        if walked and (is_torchscript(p) or (p.suffix == ".npy" and not names_a_mask(p.stem))):
             continue
         report = _analyze_mask(p, api, selection, config)
         if walked and (report.error or "").startswith(REFUSED_PICKLE):
             continue
+        if walked and not report.error and not names_a_mask(p.stem):
+            report.tensors = [t for t in report.tensors if names_a_mask(t.name)]
+            if not report.tensors:
+                continue
         files.append(report)
     return Report(files=files), fail_on
+
+
+# Arrays found by walking a directory are mostly data: features, one-hot labels, images (fairseq
+# ships hubert activations as .npy; a one-hot float matrix reads as a 0/1 mask). A walk checks a
+# tensor only when its file or tensor name says it is a mask; named on the command line, every
+# tensor is checked.
+MASK_NAME_WORDS = ("mask", "attn", "attention", "causal", "alibi", "bias", "padding")
+
+
+def names_a_mask(name: str) -> bool:
+    low = name.lower()
+    return any(word in low for word in MASK_NAME_WORDS)
 
 
 # A .pt/.pth found by walking a directory is often not a mask at all: a TorchScript model
@@ -77,6 +93,8 @@ def is_torchscript(path: Path) -> bool:
     except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError):
         return False
     return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
+
+
 def _fix(paths: list[Path], opts: CheckOptions) -> list[Any]:
     from maskcheck.lint.files import collect
     from maskcheck.lint.fix import fix_files

@@ -276,6 +276,27 @@ def test_a_torchscript_file_in_a_tree_is_skipped_not_an_error(tree: Path) -> Non
     assert named.returncode == 2 and "model.pt: error:" in named.stdout
 
 
+def test_a_walk_checks_only_arrays_named_as_masks(tree: Path) -> None:
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    # fairseq examples/hubert/tests/sample.large.L20.npy: activations with a few values below
+    # -1000 (read alone, a biased additive mask with a weak value); a one-hot float matrix
+    # (read alone, a 0/1 multiplicative mask: MC012)
+    features = rng.normal(scale=50.0, size=(64, 96)).astype(np.float32)
+    features[3, 5] = -1831.0
+    np.save(tree / "sample.large.L20.npy", features)
+    np.save(tree / "onehot.npy", np.eye(8, dtype=np.float32))
+    np.savez(tree / "batch.npz", labels=np.eye(8, dtype=np.float32),
+             pad_mask=np.array([[True, True, False]]))
+    np.save(tree / "attn_mask.npy", np.eye(8, dtype=np.float32))
+    r = cli("--fail-on", "error", ".", cwd=tree)
+    assert "sample.large.L20" not in r.stdout and "onehot" not in r.stdout, r.stdout
+    assert "batch.npz:labels" not in r.stdout
+    assert "attn_mask.npy:attn_mask: MC012" in r.stdout
+    named = cli("onehot.npy", cwd=tree)  # asked for by name, every tensor is checked
+    assert named.returncode == 1 and "onehot.npy:onehot: MC012" in named.stdout
+
+
 def test_a_file_over_the_size_limit_is_not_read(tree: Path) -> None:
     with open(tree / "huge.py", "wb") as f:
         f.truncate(MAX_SOURCE_BYTES + 1)  # sparse: costs no disk

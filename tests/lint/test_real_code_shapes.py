@@ -235,7 +235,8 @@ def test_bfloat16_has_the_range_of_float32(tmp_path: Path) -> None:
     # -2**31 and -1e9 are finite in bfloat16 (checked on torch 2.13); 1e39 is not
     path = tmp_path / "tail_runtime.py"
     assert _codes(path, BIT_VIEW.format(half="bfloat16", dtype="3, -1")) == []
-    source = "import torch\n\ndef f(m, y):\n    x = y.bfloat16()\n    return x.masked_fill(m, {v})\n"
+    source = ("import torch\n\ndef f(m, y):\n    x = y.bfloat16()\n"
+              "    return x.masked_fill(m, {v})\n")
     assert _codes(path, source.format(v="-1e9")) == []
     assert _codes(path, source.format(v="-1e39")) == ["MC501"]
     full = "import torch\n\ndef f(n):\n    return torch.full((n, n), -1e9, dtype=torch.{d})\n"
