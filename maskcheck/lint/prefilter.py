@@ -135,6 +135,15 @@ def _plus_mask(t: _Text) -> bool:
         _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
 
 
+# What `checks._is_score_name` reads as scores: a matmul or a name with one of these words.
+_SCORE_TOKENS = ("@", "matmul", "bmm", "einsum", "score", "logit", "attn", "att_", "weights",
+                 "dots", "energy", "sim")
+
+
+def _scores(t: _Text) -> bool:
+    return any(token in t.low for token in _SCORE_TOKENS)
+
+
 def _has_mask_word(t: _Text) -> bool:
     return any(w in t.low for w in _MASK_WORDS)
 
@@ -152,6 +161,8 @@ _CONDITIONS: dict[str, _Test] = {
     "MC504": _all(_has("zeros"), _has("==")),
     "MC505": _has("masked_fill_"),
     "MC506": _has("scaled_dot_product_attention"),
+    # at SDPA / MultiheadAttention, or added to scores named as such (`_is_score_name`)
+    "MC508": lambda t: _mha_or_sdpa(t) or (("+" in t.text or "add" in t.text) and _scores(t)),
     "MC509": _all(lambda t: _plus_mask(t) or ("add" in t.text and _has_mask_word(t)),
                   _BOOL_EVIDENCE),
     "MC510": _all(_has("scaled_dot_product_attention"), _has("cat")),
@@ -161,6 +172,7 @@ _CONDITIONS: dict[str, _Test] = {
     "MC517": _all(_has("finfo"), _has("float", "double"), _has("half", "float16", "bfloat16")),
     "MC518": _all(_has("~"), lambda t: "int" in t.text or "long" in t.text or _TOKENIZER(t)),
     "MC519": _all(_has("masked_fill"), _TOKENIZER),
+    "MC520": _all(_has("softmax"), _has("*")),  # a product that softmax reads
     "MC521": _has("tril", "triu"),
     "MC522": _all(_has("*", "mul"), lambda t: _INF.search(t.low) is not None),
     "MC523": _all(_has("*", "mul"), lambda t: "finfo" in t.text or _INF.search(t.low) is not None
