@@ -24,6 +24,7 @@ from maskcheck.lint.values import (
     argument,
     call_name,
     describe,
+    dtype_of,
     dotted,
     is_finfo_min,
     is_masking_value,
@@ -941,8 +942,16 @@ class Linter:
         scope.zeroed.pop(name, None)
 
     def _is_mutated(self, node: ast.AST) -> bool:
-        """Written in place since it was bound: the value table's facts may be stale."""
-        name = root_name(_receiver_root(node))
+        """Written in place since it was bound: the value table's facts may be stale. Not when
+        the expression casts it to bool on the way (`raw.to(torch.bool).float()` is 0/1
+        whatever was written into `raw`)."""
+        while isinstance(node, (ast.Call, ast.Subscript)):
+            if isinstance(node, ast.Call) and _casts_to_bool(node):
+                return False
+            node = node.value if isinstance(node, ast.Subscript) else receiver(node) or node
+            if isinstance(node, ast.Call) and not isinstance(node.func, ast.Attribute):
+                break
+        name = root_name(node)
         return name is not None and name in self._binding_scope(name).mutated
 
     def _note_mutations(self, call: ast.Call, name: str) -> None:
@@ -993,9 +1002,9 @@ class Linter:
         facts = self.value(node)
         if self._is_mutated(node):
             return False
-        if facts.dtype == "bool":
+        if facts.dtype == "bool":  # a stored bool tensor, or one with a mask's provenance
             return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
-                        or _named_mask(_receiver_root(node), False))
+                        or isinstance(_receiver_root(node), ast.Name))
         if facts.dtype == "int":
             return facts.hf_keep or facts.hf_keep_inverted or facts.zero_one
         return self._float_zero_one(node) or (facts.zero_one and facts.dtype is not None)
@@ -1487,6 +1496,14 @@ _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
 # Builtins that never write into a tensor handed to them.
 _PURE_BUILTINS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str", "hasattr",
                             "getattr", "bool", "int", "float", "tuple", "list", "zip", "enumerate"})
+
+
+def _casts_to_bool(call: ast.Call) -> bool:
+    name = call_name(call)
+    if name == "bool":
+        return True
+    target = argument(call, 0, "dtype") if name in {"to", "type"} else None
+    return target is not None and dtype_of(target) == "bool"
 
 
 def _receiver_root(node: ast.AST) -> ast.AST:
