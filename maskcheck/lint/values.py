@@ -709,13 +709,13 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         if kwarg(call, "dtype") is None and (target is None or _is_device(target)):
             return replace(base, tokens=False)  # a move, not a cast
         cast = kwarg(call, "dtype") or target
-        return replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
-                       == "bool", hf_keep=False, hf_keep_inverted=False,
-                       **_float01_facts(base, cast is not None and _float_target(cast, lookup)))
+        cast_value = replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
+                             == "bool", hf_keep=False, hf_keep_inverted=False)
+        return _with_float01(cast_value, base, cast is not None and _float_target(cast, lookup))
     if name == "type_as":
         other = call.args[0] if len(call.args) == 1 else None
         floated = other is not None and _float_tensor(other, lookup)
-        return replace(base, dtype=None, tokens=False, **_float01_facts(base, floated))
+        return _with_float01(replace(base, dtype=None, tokens=False), base, floated)
     if name in _COMPARE_METHODS and call.args:
         op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
               "le": ast.LtE()}[name]
@@ -766,20 +766,21 @@ def _retyped(base: Value, dtype: str) -> Value:
         return replace(base, dtype="bool", zero_one=False, float01=False)
     if dtype == "int":
         return replace(base, dtype="int", zero_one=False, float01=False)
-    return replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
-                   tokens=False, **_float01_facts(base, True))
+    cast = replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
+                   tokens=False)
+    return _with_float01(cast, base, True)
 
 
-def _float01_facts(base: Value, floated: bool) -> dict[str, bool]:
-    """What a cast to a float dtype (`floated`) keeps of a 0/1 mask: that it is 0/1, and
-    whether it came from a tokenizer's mask or a pad-id test. An all-ones tensor is left out
-    (adding 1 everywhere is harmless)."""
+def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
+    """`cast` (the value of `base` after a cast) with what a cast to a float dtype
+    (`floated`) keeps of a 0/1 mask: that it is 0/1, and whether it came from a tokenizer's
+    mask or a pad-id test. An all-ones tensor is left out (adding 1 everywhere is harmless)."""
+    if not floated:
+        return replace(cast, float01=False)
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
     zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding) and not (
         base.all_ones)
-    if not floated:
-        return {"float01": False}
-    return {"float01": zero_one, "padding01": zero_one and padding}
+    return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 
 def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
