@@ -1002,12 +1002,12 @@ class Linter:
         facts = self.value(node)
         if self._is_mutated(node):
             return False
-        if facts.dtype == "bool":  # a stored bool tensor, or one with a mask's provenance
+        if facts.dtype == "bool":  # a bool tensor held in a name, or one with a mask's provenance
             return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
-                        or isinstance(_receiver_root(node), ast.Name))
+                        or _held_in_a_name(node))
         if facts.dtype == "int":
             return facts.hf_keep or facts.hf_keep_inverted or facts.zero_one
-        return self._float_zero_one(node) or (facts.zero_one and facts.dtype is not None)
+        return self._float_zero_one(node)
 
     def _masking_product(self, node: ast.BinOp) -> ast.expr | None:
         """`scores * keep` with `keep` a 0/1 mask and `scores` a tensor that is not one: the
@@ -1504,6 +1504,16 @@ def _casts_to_bool(call: ast.Call) -> bool:
         return True
     target = argument(call, 0, "dtype") if name in {"to", "type"} else None
     return target is not None and dtype_of(target) == "bool"
+
+
+def _held_in_a_name(node: ast.AST) -> bool:
+    """`keep`, `keep[:, None]`, `keep.unsqueeze(1)`: a tensor the code bound to a name, not a
+    value made on the spot (`torch.rand_like(s).lt(p)` is a dropout draw, not a mask)."""
+    root = _receiver_root(node)
+    return isinstance(root, ast.Name) and (module_dotted(root) or "") not in _MODULES
+
+
+_MODULES = frozenset({"torch", "np", "numpy", "F", "nn", "jnp", "math"})
 
 
 def _receiver_root(node: ast.AST) -> ast.AST:
