@@ -757,6 +757,9 @@ class Linter:
                 self.scope.values[base.id] = Value(**{**old.__dict__, "grad": True})
             return
         if isinstance(base, ast.Name) and base.id == "self":
+            cls = self._class_scope()
+            if cls is not None:
+                cls.mutated.discard("self." + target.attr)  # bound anew
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
@@ -937,6 +940,11 @@ class Linter:
         return self.scope
 
     def _mutate(self, name: str) -> None:
+        if name.startswith("self."):  # a module attribute: every method of the class sees it
+            cls = self._class_scope()
+            if cls is not None:
+                cls.mutated.add(name)
+            return
         scope = self._binding_scope(name)
         scope.mutated.add(name)
         scope.zeroed.pop(name, None)
@@ -951,14 +959,19 @@ class Linter:
             node = node.value if isinstance(node, ast.Subscript) else receiver(node) or node
             if isinstance(node, ast.Call) and not isinstance(node.func, ast.Attribute):
                 break
-        name = root_name(node)
-        return name is not None and name in self._binding_scope(name).mutated
+        name = _held_name(node)
+        if name is None:
+            return False
+        if name.startswith("self."):
+            cls = self._class_scope()
+            return cls is not None and name in cls.mutated
+        return name in self._binding_scope(name).mutated
 
     def _note_mutations(self, call: ast.Call, name: str) -> None:
         """`m.masked_fill_(...)`, `m[i].fill_(0)`, `helper(m)`: `m` may hold other values now."""
         base = receiver(call)
         if base is not None and name.endswith("_") and name != "requires_grad_":
-            held = root_name(base)
+            held = _held_name(_inplace_base(base))
             if held is not None:
                 self._mutate(held)
         func = call.func
@@ -1382,10 +1395,12 @@ class Linter:
                         "tensor instead")
         if self._is_large_negative(value) and mentions_mask(target):
             self._large_negative(value, "an indexed assignment", target.value)
+        held = _held_name(target)
+        if held is not None:
+            self._mutate(held)
         name = root_name(target)
         if name is None:
             return
-        self._mutate(name)
         masks = self._zero_masks_of(name)
         if name not in masks:
             return
@@ -1504,6 +1519,15 @@ def _casts_to_bool(call: ast.Call) -> bool:
         return True
     target = argument(call, 0, "dtype") if name in {"to", "type"} else None
     return target is not None and dtype_of(target) == "bool"
+
+
+def _held_name(node: ast.AST) -> str | None:
+    """The name a tensor is held in: `m` for `m`, `m[i]`; `self.X` for `self.X[...]`."""
+    name = root_name(node)
+    if name is not None:
+        return name
+    attr = self_attr(node)
+    return None if attr is None else "self." + attr
 
 
 def _held_in_a_name(node: ast.AST) -> bool:
