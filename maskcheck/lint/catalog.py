@@ -267,3 +267,41 @@ BUFFER_MUTATED_IN_FORWARD = register(RuleInfo(
     "        return x + mask",
     "use the out-of-place masked_fill and keep the buffer unchanged",
 ))
+KEEP_MASK_AS_ADDITIVE = register(RuleInfo(
+    "MC508", "keep-mask-as-additive", E, "source",
+    "A 0/1 mask (a tokenizer's attention_mask, a bool mask cast to float) used as an additive "
+    "mask: it adds 1 and masks nothing.",
+    "scaled_dot_product_attention and nn.MultiheadAttention add a float attn_mask to the "
+    "scores, and eager attention code adds its mask with `scores + mask`. A keep-mask of 0s "
+    "and 1s (a tokenizer's attention_mask, `ids != pad_id`, a bool mask after `.float()` or "
+    "`.to(q.dtype)`) used that way adds 1 to the real tokens and 0 to the padding: every "
+    "position keeps almost all of its weight and the output is plausible but wrong "
+    "(pytorch/pytorch#103963). The rule fires only where the 0/1 values are proven from the "
+    "source (Hugging Face passes already-additive masks under the same names).",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'][:, None, None, :].float()\n"
+    "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'][:, None, None, :].bool()\n"
+    "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
+    "pass a bool keep-mask to SDPA, or turn the 0/1 mask into 0/-inf "
+    "(`(1.0 - m) * torch.finfo(dtype).min`) before adding it",
+))
+MASK_MULTIPLIED_INTO_LOGITS = register(RuleInfo(
+    "MC520", "mask-multiplied-into-logits", E, "source",
+    "A 0/1 mask multiplied into the logits before softmax: masked positions still get weight.",
+    "Multiplying the scores by a 0/1 (or bool) mask sets the masked logits to 0, not to -inf. "
+    "softmax then gives each of them exp(0) = 1 of unnormalised weight, as much as a real "
+    "token with a zero score: the padding (or the future) is attended to. Multiplying after "
+    "softmax (and renormalising) is correct; before it the positions must be filled. The rule "
+    "fires only where the mask's 0/1 values are proven from the source and the product goes "
+    "into softmax directly or by the same name, not re-masked after it.",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'][:, None, None, :]\n"
+    "weights = torch.softmax(scores * keep, dim=-1)",
+    "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
+    "keep = enc['attention_mask'][:, None, None, :]\n"
+    "weights = torch.softmax(scores.masked_fill(keep == 0, float('-inf')), dim=-1)",
+    "fill the masked logits (`masked_fill(m == 0, float('-inf'))`) before softmax, or multiply "
+    "the probabilities after it and renormalise",
+))

@@ -102,6 +102,13 @@ class Hit(NamedTuple):
     edit: Edit | None = None
 
 
+class _Product(NamedTuple):
+    """MC520: a product of scores and a 0/1 mask, and the mask's text for the message."""
+
+    node: ast.BinOp
+    mask: str
+
+
 @dataclass
 class _Scope:
     kind: str  # "module" | "function" | "class"
@@ -118,6 +125,14 @@ class _Scope:
     param_attrs: set[str] = field(default_factory=set)  # class scopes: self.X = nn.Parameter
     buffer_attrs: set[str] = field(default_factory=set)  # class scopes: register_buffer("X")
     self_fills: list[tuple[str, ast.Call]] = field(default_factory=list)
+    # Names written in place since they were bound (`m[m == 0] = -inf`, `m.masked_fill_(...)`,
+    # handed to another function): what the value table says of them may be stale (MC508/MC520).
+    mutated: set[str] = field(default_factory=set)
+    # MC520: name -> the product that bound it (`a = a * keep`), a 0/1 mask times scores.
+    zeroed: dict[str, _Product] = field(default_factory=dict)
+    # MC520: softmax results of such a product -> the product; reported when the scope ends
+    # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
+    softmaxed: dict[str, _Product] = field(default_factory=dict)
 
 
 class _Param(NamedTuple):
@@ -487,6 +502,8 @@ class Linter:
                             push((child, node))
                 elif type(value) not in leaves:
                     push((value, node))
+        for scope in self.scopes:
+            self._flush_softmaxed(scope)
         self.hits.sort(key=lambda h: (h.line, h.col, h.code))
         return self.hits
 
@@ -607,6 +624,7 @@ class Linter:
             self._unnarrow(marker.node)
             return
         done = self.scopes.pop()
+        self._flush_softmaxed(done)
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -659,6 +677,12 @@ class Linter:
                 self._binop(ast.copy_location(ast.BinOp(left, node.op, node.value), node))
             self._taint(node.target)
             self._forget_targets(node.target)
+            if isinstance(node.target, ast.Name) and isinstance(node.op, ast.Mult):
+                product = ast.copy_location(ast.BinOp(
+                    ast.Name(node.target.id, ast.Load()), ast.Mult(), node.value), node)
+                zeroed = self._product_of(product)
+                if zeroed is not None:
+                    self.scope.zeroed[node.target.id] = zeroed  # `s *= keep`
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
         elif isinstance(node, ast.Import):
@@ -694,6 +718,8 @@ class Linter:
             self._tril(call)
         elif name == "scaled_dot_product_attention":
             self._sdpa(call)
+        elif name in {"softmax", "log_softmax"}:
+            self._softmax(call, parent)
         elif name in {"add", "mul"} and not call.keywords:
             self._arithmetic_call(call, name)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
@@ -716,6 +742,7 @@ class Linter:
         if self.scope.bool_triu:
             self._bool_triu_use(call)
         self._zero_mask_call(call, name)
+        self._note_mutations(call, name)
         if name == "masked_fill_":
             self._inplace_fill(call)
 
@@ -759,12 +786,18 @@ class Linter:
         if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         self.bind(name, facts)
+        if isinstance(value, ast.BinOp):
+            product = self._product_of(value)
+            if product is not None:
+                scope.zeroed[name] = product  # `a = a * keep`: MC520 if `a` goes into softmax next
 
     def _forget(self, name: str) -> None:
         scope = self.scope
         scope.zero_masks.pop(name, None)
         scope.bool_triu.pop(name, None)
         scope.values.pop(name, None)
+        scope.mutated.discard(name)
+        scope.zeroed.pop(name, None)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -774,6 +807,9 @@ class Linter:
                 self.scope.values[base.id] = Value(**{**old.__dict__, "grad": True})
             return
         if isinstance(base, ast.Name) and base.id == "self":
+            cls = self._class_scope()
+            if cls is not None:
+                cls.mutated.discard("self." + target.attr)  # bound anew
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
@@ -856,6 +892,12 @@ class Linter:
         ) or self.value(node).dtype == "bool"
 
     def _product(self, node: ast.BinOp) -> None:
+        softmaxed = self.scope.softmaxed
+        if softmaxed:
+            for result, other in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(result, ast.Name) and result.id in softmaxed and self._remasks(
+                        other):
+                    del softmaxed[result.id]  # `p = softmax(s * m); p = p * m`: renormalised
         for big, other in ((node.left, node.right), (node.right, node.left)):
             # A bool tensor times a Python float is float32 (the default dtype) whatever the
             # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
@@ -909,6 +951,14 @@ class Linter:
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
                 return
+        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
+            if self._added_zero_one(mask_node) and _is_score_name(other) and not (
+                    self._zero_one_mask(other)):
+                self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask added to the "
+                            "scores: it adds 1 where it is 1 and masks nothing; turn it into "
+                            "0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) or use "
+                            "masked_fill")
+                return
 
     def _invert(self, node: ast.UnaryOp) -> None:
         if not isinstance(node.op, ast.Invert):
@@ -927,6 +977,168 @@ class Linter:
             return None
         return Edit(getattr(node, "lineno", 1), getattr(node, "col_offset", 0), end_line, end_col,
                     text)
+
+    # --- MC508 / MC520: 0/1 masks where an additive mask or a fill is needed ---
+
+    def _binding_scope(self, name: str) -> _Scope:
+        """The scope whose `name` this one reads (as `lookup` finds it)."""
+        for depth, scope in enumerate(reversed(self.scopes)):
+            if depth and scope.kind == "class":
+                continue
+            if name in scope.values or name in scope.assigned or name in scope.mutated:
+                return scope
+        return self.scope
+
+    def _mutate(self, name: str) -> None:
+        if name.startswith("self."):  # a module attribute: every method of the class sees it
+            cls = self._class_scope()
+            if cls is not None:
+                cls.mutated.add(name)
+            return
+        scope = self._binding_scope(name)
+        scope.mutated.add(name)
+        scope.zeroed.pop(name, None)
+
+    def _is_mutated(self, node: ast.AST) -> bool:
+        """Written in place since it was bound: the value table's facts may be stale. Not when
+        the expression casts it to bool on the way (`raw.to(torch.bool).float()` is 0/1
+        whatever was written into `raw`)."""
+        while isinstance(node, (ast.Call, ast.Subscript)):
+            if isinstance(node, ast.Call) and _casts_to_bool(node):
+                return False
+            node = node.value if isinstance(node, ast.Subscript) else receiver(node) or node
+            if isinstance(node, ast.Call) and not isinstance(node.func, ast.Attribute):
+                break
+        name = _held_name(node)
+        if name is None:
+            return False
+        if name.startswith("self."):
+            cls = self._class_scope()
+            return cls is not None and name in cls.mutated
+        return name in self._binding_scope(name).mutated
+
+    def _note_mutations(self, call: ast.Call, name: str) -> None:
+        """`m.masked_fill_(...)`, `m[i].fill_(0)`, `helper(m)`: `m` may hold other values now."""
+        base = receiver(call)
+        if base is not None and name.endswith("_") and name != "requires_grad_":
+            held = _held_name(_inplace_base(base))
+            if held is not None:
+                self._mutate(held)
+        func = call.func
+        user_function = (isinstance(func, ast.Name) and func.id not in _PURE_BUILTINS
+                         and not self.lookup(func.id).api) or (
+            isinstance(func, ast.Attribute) and (dotted(func.value) or "").startswith("self"))
+        if not user_function:
+            return  # torch functions, tensor methods and print/len/... leave their arguments be
+        for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+            if isinstance(arg, ast.Name):
+                self._mutate(arg.id)
+
+    def _float_zero_one(self, node: ast.AST) -> bool:
+        """A float tensor of 0s and 1s by evidence, not written in place since."""
+        facts = self.value(node)
+        return facts.dtype not in {"bool", "int"} and (facts.float01 or (
+            facts.zero_one and facts.dtype in {"fp32", "half"})) and not self._is_mutated(node)
+
+    def _float_mask_argument(self, mask: ast.expr, api: str) -> None:
+        if self._float_zero_one(mask):
+            self.report("MC508", mask, f"{self._text(mask)} is a float 0/1 mask, but {api} adds a "
+                        "float attn_mask to the scores: it adds 1 to the kept positions and "
+                        "masks nothing; pass it as bool (`.bool()`) or as 0/-inf")
+
+    def _added_zero_one(self, node: ast.AST) -> bool:
+        """A 0/1 mask that `scores + m` would add: from a tokenizer's mask or a pad-id test,
+        a float triangle of ones, or a 0/1 float named as a mask (`pad_mask.float()`)."""
+        facts = self.value(node)
+        if facts.dtype == "bool" or self._is_mutated(node):
+            return False
+        if facts.dtype == "int":
+            return facts.hf_keep or facts.hf_keep_inverted
+        return self._float_zero_one(node) and (
+            facts.padding01 or facts.tri is not None or _named_mask(_receiver_root(node), False))
+
+    def _zero_one_mask(self, node: ast.AST) -> bool:
+        """A mask of 0s and 1s by evidence (bool with a mask's provenance, a tokenizer's int
+        mask, a 0/1 float): multiplied into logits it zeroes them instead of hiding them."""
+        if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+            return False
+        facts = self.value(node)
+        if self._is_mutated(node):
+            return False
+        if facts.dtype == "bool":  # a bool tensor held in a name, or one with a mask's provenance
+            return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
+                        or _held_in_a_name(node))
+        if facts.dtype == "int":
+            return facts.hf_keep or facts.hf_keep_inverted or facts.zero_one
+        return self._float_zero_one(node)
+
+    def _masking_product(self, node: ast.BinOp) -> ast.expr | None:
+        """`scores * keep` with `keep` a 0/1 mask and `scores` a tensor that is not one: the
+        mask operand."""
+        if not isinstance(node.op, ast.Mult):
+            return None
+        for mask, other in ((node.right, node.left), (node.left, node.right)):
+            if self._zero_one_mask(mask) and _tensor_operand(other) and not (
+                    _names_a_mask(other) or self._zero_one_mask(other)
+                    or self.value(other).dtype in {"bool", "int"}):
+                return mask
+        return None
+
+    def _remasks(self, node: ast.AST) -> bool:
+        return self._zero_one_mask(node) or _names_a_mask(node)
+
+    def _product_of(self, node: ast.BinOp) -> _Product | None:
+        mask = self._masking_product(node)
+        return None if mask is None else _Product(node, self._text(mask))
+
+    def _zeroed_of(self, name: str) -> _Product | None:
+        scope = self._binding_scope(name)
+        return None if name in scope.mutated else scope.zeroed.get(name)
+
+    def _softmax(self, call: ast.Call, parent: ast.AST | None) -> None:
+        if self.scope.kernel:
+            return
+        base = receiver(call)
+        if base is None or is_module_call(call) or (dotted(base) or "").startswith("self"):
+            logits = argument(call, 0, "input")  # torch.softmax(x), F.softmax(x), self.sm(x)
+        else:
+            logits = base  # x.softmax(-1)
+        product: _Product | None = None
+        if isinstance(logits, ast.BinOp):
+            product = self._product_of(logits)
+        elif isinstance(logits, ast.Name):
+            product = self._zeroed_of(logits.id)
+        if product is None:
+            return
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mult) and (
+                self._remasks(parent.right if parent.left is call else parent.left)):
+            return  # `softmax(s * m) * m`, renormalised by the caller
+        target = None
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0]
+        elif isinstance(parent, ast.AnnAssign):
+            target = parent.target
+        if isinstance(target, ast.Name):
+            self.scope.softmaxed[target.id] = product  # reported unless re-masked later
+        else:
+            self._report_zeroed(product)
+
+    def _flush_softmaxed(self, scope: _Scope) -> None:
+        if not scope.kernel:
+            for product in scope.softmaxed.values():
+                self._report_zeroed(product)
+        scope.softmaxed.clear()
+
+    def _report_zeroed(self, product: _Product) -> None:
+        if "MC520" in self.enabled:
+            node = product.node
+            line = getattr(node, "lineno", 1)
+            self.hits.append(Hit(
+                "MC520", line, getattr(node, "col_offset", 0),
+                getattr(node, "end_lineno", None) or line,
+                f"{product.mask} is a 0/1 mask multiplied into the logits before softmax: a masked "
+                "logit becomes 0, not -inf, and keeps weight exp(0); fill it "
+                "(`masked_fill(~m, float('-inf'))`) or multiply after softmax"))
 
     # --- MC501 ---
 
@@ -1118,6 +1330,7 @@ class Linter:
             self._mha_mask(mask)
 
     def _mha_mask(self, mask: ast.expr) -> None:
+        self._float_mask_argument(mask, "MultiheadAttention")
         facts = self.value(mask)
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
             self.report("MC521", mask, f"{self._text(mask)} is True on and below the diagonal, but "
@@ -1239,6 +1452,9 @@ class Linter:
                         "tensor instead")
         if self._is_large_negative(value) and mentions_mask(target):
             self._large_negative(value, "an indexed assignment", target.value)
+        held = _held_name(target)
+        if held is not None:
+            self._mutate(held)
         name = root_name(target)
         if name is None:
             return
@@ -1273,6 +1489,7 @@ class Linter:
     def _taint(self, target: ast.AST) -> None:
         name = root_name(target)
         if name is not None:
+            self._mutate(name)
             masks = self._zero_masks_of(name)
             if name in masks:
                 masks[name] = False
@@ -1319,6 +1536,7 @@ class Linter:
             self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
+        self._float_mask_argument(mask, "scaled_dot_product_attention")
 
 
 _MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
@@ -1347,6 +1565,47 @@ def _annotated_tensor(annotation: ast.expr | None) -> bool:
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
+# Builtins that never write into a tensor handed to them.
+_PURE_BUILTINS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str", "hasattr",
+                            "getattr", "bool", "int", "float", "tuple", "list", "zip", "enumerate"})
+
+
+def _casts_to_bool(call: ast.Call) -> bool:
+    name = call_name(call)
+    if name == "bool":
+        return True
+    target = argument(call, 0, "dtype") if name in {"to", "type"} else None
+    return target is not None and dtype_of(target) == "bool"
+
+
+def _held_name(node: ast.AST) -> str | None:
+    """The name a tensor is held in: `m` for `m`, `m[i]`; `self.X` for `self.X[...]`."""
+    name = root_name(node)
+    if name is not None:
+        return name
+    attr = self_attr(node)
+    return None if attr is None else "self." + attr
+
+
+def _held_in_a_name(node: ast.AST) -> bool:
+    """`keep`, `keep[:, None]`, `keep.unsqueeze(1)`: a tensor the code bound to a name, not a
+    value made on the spot (`torch.rand_like(s).lt(p)` is a dropout draw, not a mask)."""
+    root = _receiver_root(node)
+    return isinstance(root, ast.Name) and (module_dotted(root) or "") not in _MODULES
+
+
+_MODULES = frozenset({"torch", "np", "numpy", "F", "nn", "jnp", "math"})
+
+
+def _receiver_root(node: ast.AST) -> ast.AST:
+    """`keep` for `keep.float()[:, None].to(q.dtype)`: the tensor a method chain starts from."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            return node
 
 
 def _inplace_base(node: ast.expr) -> ast.expr:

@@ -135,6 +135,15 @@ def _plus_mask(t: _Text) -> bool:
         _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
 
 
+# What `checks._is_score_name` reads as scores: a matmul or a name with one of these words.
+_SCORE_TOKENS = ("@", "matmul", "bmm", "einsum", "score", "logit", "attn", "att_", "weights",
+                 "dots", "energy", "sim")
+
+
+def _scores(t: _Text) -> bool:
+    return any(token in t.low for token in _SCORE_TOKENS)
+
+
 def _has_mask_word(t: _Text) -> bool:
     return any(w in t.low for w in _MASK_WORDS)
 
@@ -145,6 +154,31 @@ def _literal_minus(t: _Text) -> bool:
 
 _TOKENIZER = _has_low("tokenizer", "processor")
 _BOOL_EVIDENCE = _has("bool", "==", "!=", "<", ">", "~", "logical_")
+# MC508's `scores + m` (`+`, `+=`, `torch.add`; scores by `_is_score_name`): m is a tokenizer's
+# int mask (read as `attention_mask`), a float triangle of ones, a 0/1 literal, or a cast to a
+# float dtype (`.float()`, `.to(...)`, `.type_as(...)`, ...) of a mask from a tokenizer, a
+# pad-id test (`ids != pad_id`, `tokens != self.null_idx`), a triangle or one named as a mask.
+_ADDED_01_SOURCE = _has_low("tokenizer", "processor", "pad", "null_idx", "tril", "triu", "mask",
+                            "bias", "causal", "extended")
+# A cast method (`.float()`, `.to(...)`, `.type_as(...)`, `.int()`): an attribute, so a `.`
+# (then spaces, line continuations or comments) right before its name.
+_CAST_METHOD = re.compile(
+    r"\.(?:[\s\\]|#[^\n]*\n)*(?:to|int|long|float|double|half|bfloat16|type|type_as)\b")
+_ADD_WORD = re.compile(r"\badd\b")
+# 0/1 without a cast: a tokenizer's int mask, a triangle of ones, a 0/1 literal tensor.
+_TENSOR_WORD = re.compile(r"\btensor\b")
+_TRIANGLE_OR_HF_MASK = _has("attention_mask", "tril", "triu")
+
+
+def _zero_one_made(t: _Text) -> bool:
+    return _TRIANGLE_OR_HF_MASK(t) or _TENSOR_WORD.search(t.text) is not None
+
+
+def _added_zero_one(t: _Text) -> bool:
+    return ("+" in t.text or _ADD_WORD.search(t.text) is not None) and _scores(t) and (
+        _ADDED_01_SOURCE(t)) and (_zero_one_made(t) or _CAST_METHOD.search(t.text) is not None)
+
+
 _CONDITIONS: dict[str, _Test] = {
     "MC501": _large_number,
     "MC502": _mha_or_sdpa,
@@ -152,6 +186,8 @@ _CONDITIONS: dict[str, _Test] = {
     "MC504": _all(_has("zeros"), _has("==")),
     "MC505": _has("masked_fill_"),
     "MC506": _has("scaled_dot_product_attention"),
+    # at SDPA / MultiheadAttention, or added to scores
+    "MC508": lambda t: _mha_or_sdpa(t) or _added_zero_one(t),
     "MC509": _all(lambda t: _plus_mask(t) or ("add" in t.text and _has_mask_word(t)),
                   _BOOL_EVIDENCE),
     "MC510": _all(_has("scaled_dot_product_attention"), _has("cat")),
@@ -161,6 +197,7 @@ _CONDITIONS: dict[str, _Test] = {
     "MC517": _all(_has("finfo"), _has("float", "double"), _has("half", "float16", "bfloat16")),
     "MC518": _all(_has("~"), lambda t: "int" in t.text or "long" in t.text or _TOKENIZER(t)),
     "MC519": _all(_has("masked_fill"), _TOKENIZER),
+    "MC520": _all(_has("softmax"), _has("*")),  # a product that softmax reads
     "MC521": _has("tril", "triu"),
     "MC522": _all(_has("*", "mul"), lambda t: _INF.search(t.low) is not None),
     "MC523": _all(_has("*", "mul"), lambda t: "finfo" in t.text or _INF.search(t.low) is not None

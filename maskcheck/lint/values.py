@@ -74,6 +74,12 @@ class Value:
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
+    # A float tensor of 0s and 1s by evidence: a bool, 0/1 or tokenizer mask cast to a float
+    # dtype (`.float()`, `.to(q.dtype)`, `.type_as(scores)`); SDPA and `scores +` add it (MC508).
+    float01: bool = False
+    # Derived from a padding mask whose provenance is proven: a tokenizer's attention_mask or a
+    # `ids != pad_id` test (survives the cast that drops hf_keep).
+    padding01: bool = False
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -571,6 +577,8 @@ def _describe_factory(
         return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
     if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
         return Value(dtype=dtype_kw or "fp32", zero_one=True)
+    if name == "tensor" and call.args and _bool_literal(call.args[0]):
+        return Value(dtype=dtype_kw or "bool")  # torch.tensor([True, False]): a bool tensor
     if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
         return Value(finfo_min=True, additive=True)
     if name in _FULL_FUNCS:
@@ -648,6 +656,15 @@ def _int_literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
+def _bool_literal(node: ast.AST) -> bool:
+    """A (nested) list of True/False literals (`[[True, False]] * 4` too)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _bool_literal(node.left)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_bool_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and type(node.value) is bool
+
+
 def _literal_values(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [v for e in node.elts for v in _literal_values(e)]
@@ -684,11 +701,12 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name == "bfloat16":
         return _retyped(base, "bf16")
     if name == "bool":
-        return replace(base, dtype="bool", zero_one=False, number=None)
+        return replace(base, dtype="bool", zero_one=False, number=None, float01=False)
     if name in {"long", "int"}:
         base_node = receiver(call)
         masked = base_node is not None and _names_mask(base_node)
-        return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep)
+        return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep,
+                       float01=False)
     if name in {"to", "type"}:
         target = argument(call, 0, "dtype")
         dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype"))
@@ -696,10 +714,14 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
             return _retyped(base, dtype)
         if kwarg(call, "dtype") is None and (target is None or _is_device(target)):
             return replace(base, tokens=False)  # a move, not a cast
-        return replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
-                       == "bool", hf_keep=False, hf_keep_inverted=False)
+        cast = kwarg(call, "dtype") or target
+        cast_value = replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
+                             == "bool", hf_keep=False, hf_keep_inverted=False)
+        return _with_float01(cast_value, base, cast is not None and _float_target(cast, lookup))
     if name == "type_as":
-        return replace(base, dtype=None, tokens=False)
+        other = call.args[0] if len(call.args) == 1 else None
+        floated = other is not None and _float_tensor(other, lookup)
+        return _with_float01(replace(base, dtype=None, tokens=False), base, floated)
     if name in _COMPARE_METHODS and call.args:
         op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
               "le": ast.LtE()}[name]
@@ -753,8 +775,53 @@ def _is_device(node: ast.AST) -> bool:
 def _retyped(base: Value, dtype: str) -> Value:
     zero_one = base.zero_one or (base.dtype == "bool" and not base.all_ones)
     if dtype == "bool":
-        return replace(base, dtype="bool", zero_one=False)
+        return replace(base, dtype="bool", zero_one=False, float01=False)
     if dtype == "int":
-        return replace(base, dtype="int", zero_one=False)
-    return replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
+        return replace(base, dtype="int", zero_one=False, float01=False)
+    cast = replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
                    tokens=False)
+    return _with_float01(cast, base, True)
+
+
+def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
+    """`cast` (the value of `base` after a cast) with what a cast to a float dtype
+    (`floated`) keeps of a 0/1 mask: that it is 0/1, and whether it came from a tokenizer's
+    mask or a pad-id test. An all-ones tensor is left out (adding 1 everywhere is harmless)."""
+    if not floated:
+        return replace(cast, float01=False)
+    padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
+    zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding) and not (
+        base.all_ones)
+    return replace(cast, float01=zero_one, padding01=zero_one and padding)
+
+
+def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
+    """A tensor whose dtype is float by evidence: known float, or the module itself (`self`,
+    whose `.dtype` is its parameters'), or an attention operand or score by its name (`q`,
+    `query`, `scores`, `attn_weights`); never a mask by name (`mask.dtype` may be bool)."""
+    if isinstance(node, ast.Name) and node.id == "self":
+        return True
+    text = (last_name(node) or "").lower()
+    if "mask" in text or "bias" in text:
+        return False
+    known = lookup(text) if isinstance(node, ast.Name) else UNKNOWN
+    if known.dtype in {"fp32", "half"}:
+        return True
+    if known.dtype is not None:
+        return False
+    return text in _FLOAT_TENSOR_NAMES or any(word in text for word in _FLOAT_TENSOR_WORDS)
+
+
+# Names of tensors that hold the attention's float operands.
+_FLOAT_TENSOR_NAMES = frozenset({"q", "k", "v", "query", "key", "value", "x", "hidden_states",
+                                 "inputs_embeds", "query_states", "key_states", "value_states"})
+_FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight")
+
+
+def _float_target(node: ast.AST, lookup: Lookup) -> bool:
+    """A `.to(...)` / `dtype=` target that is a float dtype by evidence: `q.dtype`,
+    `scores.dtype`, `self.dtype`, or a float tensor itself (`.to(q)`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "dtype":
+        return _float_tensor(node.value, lookup)
+    return isinstance(node, ast.Name) and not _is_device(node) and node.id != "dtype" and (
+        _float_tensor(node, lookup))

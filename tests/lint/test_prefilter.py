@@ -66,6 +66,14 @@ def test_real_files_keep_their_findings() -> None:
     "        super().__init__()\n        self.register_buffer('bias', torch.zeros(n, n))\n"
     "    def forward(self, x):\n        self.bias[0] = float('-inf')\n"
     "        return x + self.bias\n",
+    # MC508 through an aliased MultiheadAttention annotation and through torch.add
+    "import torch\ndef f(x, layer: torch.nn.MultiheadAttention, n):\n"
+    "    return layer(x, x, x, attn_mask=torch.ones(n, n).tril())\n",
+    "import torch\ndef f(q, k, ids, pad_id):\n    keep = (ids != pad_id).float()\n"
+    "    return torch.add(torch.matmul(q, k), keep)\n",
+    # MC520 through `*=` and a method-form softmax
+    "import torch\ndef f(e, n):\n    tri = torch.ones(n, n).tril()\n    e *= tri\n"
+    "    return e.softmax(-1)\n",
 ])
 def test_tricky_spellings_are_not_skipped(snippet: str) -> None:
     assert find_hits(snippet, CODES), "the snippet should fire some rule"
