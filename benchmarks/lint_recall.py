@@ -133,7 +133,8 @@ def table(title: str, hits: Counter[str], totals: Counter[str],
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"], default="dev")
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"],
+                    default="dev")
     ap.add_argument("--list", action="store_true", help="also list every missed bug")
     args = ap.parse_args()
     files = corpus_files(args.set)

@@ -518,7 +518,8 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"], default="all")
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"],
+                    default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()
     files = corpus_files(args.set)
