@@ -379,6 +379,9 @@ class Linter:
         # parameters asked about -> the dtypes the calls pass.
         self.param_hits: list[tuple[Hit, _Param]] = []
         self.calls_to: dict[_Param, list[str | None]] | None = None
+        # The module and, built only when MC510 is about to fire, each node's parent.
+        self._tree: ast.AST | None = None
+        self._parent_of: dict[int, ast.AST] | None = None
 
     @property
     def scope(self) -> _Scope:
@@ -455,6 +458,7 @@ class Linter:
                                  getattr(node, "end_lineno", None) or line, message, edit))
 
     def run(self, tree: ast.AST) -> list[Hit]:
+        self._tree = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
         handlers = self._handlers()
@@ -1245,7 +1249,8 @@ class Linter:
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
         key = argument(call, 1, "key")
-        if causal is not None and causal_on and key is not None and self.value(key).cached:
+        if causal is not None and causal_on and key is not None and self.value(key).cached and (
+                not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
@@ -1261,6 +1266,66 @@ class Linter:
             self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
+
+
+    def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
+        """Whether the call sits under an `if` whose test shares a name with the test that
+        guards the cache concatenation of `key`: the author split the cached and the uncached
+        path (lag-llama PR #84's fix: `is_causal=True` only in the branch without a cache).
+        Only the `if`s the call and the assignment do not share count: code wrapped whole in
+        `if TYPE_CHECKING: ... else:` still fires."""
+        name = dotted(key)
+        if name is None or self._tree is None:
+            return False
+        if self._parent_of is None:
+            self._parent_of = {id(child): node for node in ast.walk(self._tree)
+                               for child in ast.iter_child_nodes(node)}
+        parents = self._parent_of
+        call_ifs = _enclosing_ifs(call, parents)
+        if not call_ifs:
+            return False
+        function = _enclosing_function(call, parents)
+        gated = set().union(*(_test_names(node.test) for node in call_ifs))
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and name in (
+                    _stored_dotted(node)):
+                own = [i for i in _enclosing_ifs(node, parents) if i not in call_ifs]
+                if any(_test_names(i.test) & gated for i in own):
+                    return True
+        return False
+
+
+def _enclosing_ifs(node: ast.AST, parents: dict[int, ast.AST]) -> list[ast.If]:
+    """The `if` statements around `node`, inside its function."""
+    found: list[ast.If] = []
+    at = parents.get(id(node))
+    while at is not None and not isinstance(at, _FUNCTION_NODES):
+        if isinstance(at, ast.If):
+            found.append(at)
+        at = parents.get(id(at))
+    return found
+
+
+def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    at = parents.get(id(node))
+    while at is not None and not isinstance(at, _FUNCTION_NODES):
+        node, at = at, parents.get(id(at))
+    return at if at is not None else node
+
+
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _test_names(test: ast.expr) -> set[str]:
+    """The names and dotted attributes an `if` test reads (`use_kv_cache`, `self.kv_cache`)."""
+    names = {dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+    return {n for n in names if n is not None and n != "self"}
+
+
+def _stored_dotted(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> set[str]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return {dotted(n) or "" for t in targets for n in ast.walk(t)
+            if isinstance(n, (ast.Name, ast.Attribute))}
 
 
 _MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",

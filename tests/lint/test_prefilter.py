@@ -64,7 +64,8 @@ def test_real_files_keep_their_findings() -> None:
     # a subscript write into a buffer, with no masked_fill_ anywhere (MC524)
     "import torch\nfrom torch import nn\nclass A(nn.Module):\n    def __init__(self, n):\n"
     "        super().__init__()\n        self.register_buffer('bias', torch.zeros(n, n))\n"
-    "    def forward(self, x):\n        self.bias[0] = float('-inf')\n        return x + self.bias\n",
+    "    def forward(self, x):\n        self.bias[0] = float('-inf')\n"
+    "        return x + self.bias\n",
 ])
 def test_tricky_spellings_are_not_skipped(snippet: str) -> None:
     assert find_hits(snippet, CODES), "the snippet should fire some rule"
