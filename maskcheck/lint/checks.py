@@ -25,6 +25,7 @@ from maskcheck.lint.values import (
     call_name,
     describe,
     dotted,
+    dtype_of,
     is_finfo_min,
     is_masking_value,
     is_module_call,
@@ -285,23 +286,6 @@ def _short(node: ast.AST) -> str:
     except (RecursionError, ValueError):  # pragma: no cover - absurdly deep expressions
         return "the value"
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-_MASK_WORD = re.compile(r"mask|bias|causal|extended", re.IGNORECASE)
-_BRACKETS = (ast.Subscript, ast.List, ast.ListComp)
-
-
-def _named_mask(node: ast.AST, left: bool) -> bool:
-    """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name.
-
-    (Kept this narrow so that prefilter.py can see it in the text around the `+`.)
-    """
-    if isinstance(node, ast.Subscript):
-        if left and any(isinstance(n, _BRACKETS) for n in ast.walk(node.slice)):
-            return False
-        node = node.value
-    name = dotted(node)
-    return name is not None and _MASK_WORD.search(name) is not None
 
 
 def _names_a_mask(node: ast.AST) -> bool:
@@ -647,7 +631,7 @@ class Linter:
             self._tril(call)
         elif name == "scaled_dot_product_attention":
             self._sdpa(call)
-        elif name in {"add", "mul"} and not call.keywords:
+        elif name in {"add", "add_", "mul"} and not call.keywords:
             self._arithmetic_call(call, name)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
@@ -769,8 +753,8 @@ class Linter:
     # --- expressions ---
 
     def _arithmetic_call(self, call: ast.Call, name: str) -> None:
-        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`: the rules on + and *."""
-        op: ast.operator = ast.Add() if name == "add" else ast.Mult()
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`: the rules on + and *."""
+        op: ast.operator = ast.Mult() if name == "mul" else ast.Add()
         base = receiver(call)
         if is_module_call(call) and len(call.args) == 2:
             left, right = call.args
@@ -838,6 +822,13 @@ class Linter:
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left
+        if isinstance(right, ast.Constant) and number(right) is not None and self.value(
+                left).dtype == "bool":
+            # `padding_mask.unsqueeze(-1) - 1` (chatglm3-base-tuning#1) raises just the same
+            self.report("MC512", node, f"{self._text(left)} is a bool tensor: "
+                        f"`{self._text(node)}` raises in torch (no `-` on bool); cast it "
+                        "first (`.int()`) or invert it with `~`")
+            return
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
             edit = self._edit(node, f"~{self._paren(right)}") if number(
@@ -856,8 +847,9 @@ class Linter:
             return
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):
-            if mask.dtype == "bool" and _named_mask(mask_node, mask_node is node.left) and (
-                    _is_score_name(other)) and self.value(other).dtype != "bool":
+            # Any operand known to be bool: `keep4d.bool()`, `rand(n, n) > p`, `ids.eq(pad)`.
+            if mask.dtype == "bool" and _is_score_name(other) and self.value(
+                    other).dtype != "bool":
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
@@ -941,6 +933,8 @@ class Linter:
                 self._large_negative(branch, "torch.where", tensors[0])
 
     def _full(self, call: ast.Call, name: str) -> None:
+        if name in {"full", "full_like", "new_full"}:
+            self._wide_finfo_full(call)
         if name == "fill_":
             fill = call.args[0] if call.args else None
             target = receiver(call)
@@ -961,6 +955,16 @@ class Linter:
                 mentions_mask(target) or self.value(target).dtype == "half"):
             return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
+
+    def _wide_finfo_full(self, call: ast.Call) -> None:
+        """`torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`: raises
+        (samlhuillier/spider-sql-finetune#1, a half causal-mask helper)."""
+        fill = argument(call, 1, "fill_value")
+        if fill is not None and (is_wide_finfo_min(fill) or self.value(fill).wide_finfo) and (
+                dtype_of(kwarg(call, "dtype")) == "half"):
+            self.report("MC517", fill, f"{self._text(fill)} is the float32 minimum: a "
+                        "float16/bfloat16 tensor cannot hold it (value cannot be converted "
+                        "without overflow); use torch.finfo(dtype).min of that dtype")
 
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
         if self.scope.fp16_guard or self.fp32_only:

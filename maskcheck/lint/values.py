@@ -196,7 +196,11 @@ def is_finfo_min(node: ast.AST, lookup: Lookup | None = None) -> bool:
 
 
 def is_wide_finfo_min(node: ast.AST) -> bool:
-    """`torch.finfo(torch.float32).min`: the float32 minimum, which float16 cannot hold."""
+    """`torch.finfo(torch.float32).min` (or `-...max`, dotnet/TorchSharp#1135): the float32
+    minimum, which float16 cannot hold."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(
+            node.operand, ast.Attribute) and node.operand.attr == "max":
+        node = ast.Attribute(value=node.operand.value, attr="min")
     if not (isinstance(node, ast.Attribute) and node.attr == "min"
             and isinstance(node.value, ast.Call) and call_name(node.value) == "finfo"):
         return False
@@ -398,12 +402,24 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True)
+    if _cache_prefix(node):
+        return Value(cached=True)
     if not base:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _cache_prefix(node: ast.Subscript) -> bool:
+    """`self.cache_k[:bsz, : start_pos + seqlen]`: a static KV cache read up to the new tokens
+    (meta-llama's Attention.forward): the cached keys and the new ones, L != S."""
+    if "cache" not in (dotted(node.value) or "").lower():
+        return False
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return any(isinstance(p, ast.Slice) and p.lower is None and isinstance(p.upper, ast.BinOp)
+               and isinstance(p.upper.op, ast.Add) for p in parts)
 
 
 def _square_slice(key: ast.expr) -> bool:
@@ -424,6 +440,8 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     if len(node.ops) != 1:
         return UNKNOWN
     left, op, right = node.left, node.ops[0], node.comparators[0]
+    if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+        return UNKNOWN  # identity and membership give a Python bool, never a tensor
     lv = describe(left, lookup)
     tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
         mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))

@@ -57,3 +57,114 @@ def test_an_if_around_both_the_cache_and_the_call_does_not_hide_it(tmp_path: Pat
     source = ("import torch\nimport torch.nn.functional as F\nfrom typing import TYPE_CHECKING\n"
               "if TYPE_CHECKING:\n    pass\nelse:\n" + body)
     assert _found(tmp_path / "a.py", source) == [(16, "MC510")]
+
+
+# Llama-style static cache (meta-llama model.py) handed to SDPA with the causal flag.
+STATIC_CACHE = '''import torch
+import torch.nn.functional as F
+
+
+class Attention(torch.nn.Module):
+    def forward(self, xq, xk, xv, start_pos):
+        bsz, seqlen = xq.shape[0], xq.shape[2]
+        self.cache_k[:bsz, :, start_pos : start_pos + seqlen] = xk
+        self.cache_v[:bsz, :, start_pos : start_pos + seqlen] = xv
+        keys = self.cache_k[:bsz, :, : start_pos + seqlen]
+        values = self.cache_v[:bsz, :, : start_pos + seqlen]
+        return F.scaled_dot_product_attention(xq, keys, values, is_causal=True)
+'''
+
+
+def test_keys_read_from_a_static_cache_up_to_the_new_tokens_hold_the_cache(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", STATIC_CACHE) == [(12, "MC510")]
+    # A window of the cache that does not end at the new tokens is not read as the cache.
+    window = STATIC_CACHE.replace(": start_pos + seqlen]\n        values",
+                                  ":seqlen]\n        values")
+    assert _found(tmp_path / "b.py", window) == []
+
+
+# diffusers#14342 / onnxscript#580: a bool mask without a mask word in its name added to scores.
+BOOL_ADDED = '''import math
+import torch
+
+
+def reference(q, k, v):
+    keep = torch.rand(6, 6) > 0.3
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    return torch.softmax(scores + keep, dim=-1) @ v
+
+
+def text_to_image(attn_weight, context_lens, n):
+    positions = torch.arange(n)
+    context_keep = (positions[None, :] < context_lens[:, None])[:, None, None, :]
+    attn_weight += context_keep
+    return attn_weight
+
+
+def add_padding_bias(scores, tokens, pad_id):
+    pad = tokens.eq(pad_id)[:, None, None, :]
+    scores.add_(pad)
+    return scores
+'''
+BOOL_FILLED = (BOOL_ADDED.replace("scores + keep", "scores.masked_fill(~keep, float('-inf'))")
+               .replace("attn_weight += context_keep",
+                        "attn_weight = attn_weight.masked_fill(~context_keep, -torch.inf)")
+               .replace("scores.add_(pad)", "scores.masked_fill_(pad, float('-inf'))"))
+
+
+def test_a_bool_mask_of_any_name_added_to_scores_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", BOOL_ADDED) == [(8, "MC509"), (14, "MC509"), (20, "MC509")]
+    assert _found(tmp_path / "b.py", BOOL_FILLED) == []
+
+
+def test_a_bool_added_to_something_that_is_not_scores_is_not_reported(tmp_path: Path) -> None:
+    # Counting with bools (`total + is_pad`) is not attention.
+    source = ("import torch\n\n\ndef count(ids, total):\n"
+              "    is_pad = ids == 0\n    return total + is_pad\n")
+    assert _found(tmp_path / "a.py", source) == []
+
+
+# chatglm3-base-tuning#1: modeling_chatglm's `full_attention_mask -= padding_mask.unsqueeze(-1) - 1`
+# once the padding mask is bool.
+BOOL_MINUS = '''import torch
+
+
+def get_masks(input_ids, pad_token_id):
+    padding_mask = input_ids.ne(pad_token_id)
+    full_attention_mask = torch.ones(2, 4, 4).tril_()
+    full_attention_mask -= padding_mask.unsqueeze(-1) - 1
+    return (full_attention_mask < 0.5).bool()
+'''
+
+
+def test_a_bool_minus_a_number_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", BOOL_MINUS) == [(7, "MC512")]
+    fixed = BOOL_MINUS.replace("unsqueeze(-1) - 1", "unsqueeze(-1).int() - 1")
+    assert _found(tmp_path / "b.py", fixed) == []
+
+
+# dotnet/TorchSharp#1135 (Python form) and a half causal-mask helper (spider-sql-finetune#1).
+HALF_FILLS = '''import torch
+
+
+def decoder_weights(q, k):
+    weight = (q @ k.transpose(-2, -1)).half()
+    mask = torch.ones_like(weight).triu(1).to(torch.bool)
+    weight.masked_fill_(mask, -torch.finfo(torch.float32).max)
+    return weight
+
+
+def make_causal_mask(n):
+    return torch.full((n, n), torch.finfo(torch.float32).min, dtype=torch.float16)
+'''
+
+
+def test_float32_extremes_into_half_tensors_are_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", HALF_FILLS) == [(7, "MC517"), (12, "MC517")]
+    fixed = HALF_FILLS.replace("torch.float32).max", "weight.dtype).max").replace(
+        "torch.finfo(torch.float32).min", "torch.finfo(torch.float16).min")
+    assert _found(tmp_path / "b.py", fixed) == []
+    # The same float32 fill with no half dtype in sight stays silent.
+    wide = HALF_FILLS.replace(".half()", ".float()").replace("dtype=torch.float16",
+                                                             "dtype=torch.float32")
+    assert _found(tmp_path / "c.py", wide) == []
