@@ -796,7 +796,10 @@ class Linter:
         for big, other in ((node.left, node.right), (node.right, node.left)):
             # A bool tensor times a Python float is float32 (the default dtype) whatever the
             # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
-            if self._is_large_negative(big) and mentions_mask(other) and not self._is_bool(other):
+            # `(1.0 - keep.to(s.dtype)) * -1e15`: the inversion of a 0/1 keep-mask is a mask
+            # whatever its name (NVIDIA/apex#93)
+            if self._is_large_negative(big) and (mentions_mask(other) or one_minus(other)) and (
+                    not self._is_bool(other)):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
                     other) or one_minus(other)):
@@ -818,7 +821,8 @@ class Linter:
         if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
             for big, other in ((right.left, right.right), (right.right, right.left)):
                 v = number(big, self.lookup)
-                if v is not None and math.isfinite(v) and v > FP16_MAX and mentions_mask(other):
+                if v is not None and math.isfinite(v) and v > FP16_MAX and (
+                        mentions_mask(other) or one_minus(other)):
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left
@@ -1189,6 +1193,11 @@ class Linter:
                         "tensor instead")
         if self._is_large_negative(value) and mentions_mask(target):
             self._large_negative(value, "an indexed assignment", target.value)
+        if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target):
+            # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0
+            self.report("MC503", target, "triu_indices with offset=0 holds the diagonal: "
+                        "writing -inf there masks every query's own key (the first row is "
+                        "empty); use offset=1")
         name = root_name(target)
         if name is None:
             return
@@ -1200,6 +1209,13 @@ class Linter:
             return
         if not is_zero(value):
             masks[name] = False  # `mask[i][j] = 1`, `mask[i, a:b] = 1`: something was kept
+
+    def _indexed_by_diag_indices(self, target: ast.Subscript) -> bool:
+        """`x[:, idx[0], idx[1]]` where `idx = torch.triu_indices(n, n)` (offset 0)."""
+        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        rows_cols = [p for p in parts if isinstance(p, ast.Subscript) and isinstance(
+            p.value, ast.Name) and self.lookup(p.value.id).diag_indices]
+        return len(rows_cols) >= 2
 
     def _zero_mask_call(self, call: ast.Call, name: str) -> None:
         base = receiver(call)

@@ -65,6 +65,7 @@ class Value:
     pad_keep: bool = False  # `tokens != pad_idx`: True at real tokens (a keep-mask by its test)
     tokens: bool = False  # a tokenizer's output (a BatchEncoding)
     cached: bool = False  # keys/values concatenated with a cache: L != S
+    diag_indices: bool = False  # torch.triu_indices(n, n) with offset 0: holds the diagonal
     grad: bool = False  # requires grad
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
@@ -607,6 +608,9 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) for p in parts[:-1]):
             return Value(cached=True)
         return UNKNOWN
+    if name == "triu_indices":
+        offset = argument(call, 2, "offset")
+        return Value(diag_indices=offset is None or is_zero(offset))
     if name == "generate_square_subsequent_mask":
         return Value(additive=True)  # nn.Transformer's 0 / -inf float mask
     if name == "where" and len(call.args) == 3:

@@ -168,3 +168,27 @@ def test_float32_extremes_into_half_tensors_are_found(tmp_path: Path) -> None:
     wide = HALF_FILLS.replace(".half()", ".float()").replace("dtype=torch.float16",
                                                              "dtype=torch.float32")
     assert _found(tmp_path / "c.py", wide) == []
+
+
+def test_an_inverted_keep_mask_of_any_name_times_a_huge_negative_is_found(tmp_path: Path) -> None:
+    # NVIDIA/apex#93: padding masked with -1e15, which float16 cannot hold.
+    source = ("import torch\n\n\ndef pool(scores, keep):\n"
+              "    scores = scores + (1.0 - keep.to(scores.dtype)) * -1e15\n"
+              "    return scores.softmax(-1)\n")
+    assert _found(tmp_path / "a.py", source) == [(5, "MC501")]
+    assert _found(tmp_path / "b.py", source.replace("-1e15", "-1e4")) == []
+    # The same factor times a probability is not a mask.
+    assert _found(tmp_path / "c.py", source.replace("(1.0 - keep.to(scores.dtype))", "p")) == []
+
+
+def test_minus_inf_written_through_triu_indices_with_offset_zero_is_found(tmp_path: Path) -> None:
+    # pbloem/former#10: "an offset of 0 will create a row of all -inf" (NaN after softmax).
+    source = ("import torch\nimport torch.nn.functional as F\n\n\ndef self_attention(x):\n"
+              "    b, t, e = x.size()\n    dot = torch.bmm(x, x.transpose(1, 2))\n"
+              "    indices = torch.triu_indices(t, t, offset=0)\n"
+              "    dot[:, indices[0], indices[1]] = float('-inf')\n"
+              "    return torch.bmm(F.softmax(dot, dim=2), x)\n")
+    assert _found(tmp_path / "a.py", source) == [(9, "MC503")]
+    assert _found(tmp_path / "b.py", source.replace("offset=0", "offset=1")) == []
+    # Covariance code writes values, not a mask, through the same indices (speechbrain).
+    assert _found(tmp_path / "c.py", source.replace("float('-inf')", "0.5")) == []
