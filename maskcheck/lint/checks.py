@@ -116,6 +116,7 @@ class _Scope:
     param_attrs: set[str] = field(default_factory=set)  # class scopes: self.X = nn.Parameter
     buffer_attrs: set[str] = field(default_factory=set)  # class scopes: register_buffer("X")
     self_fills: list[tuple[str, ast.Call]] = field(default_factory=list)
+    returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
 
 
 class _Param(NamedTuple):
@@ -481,6 +482,7 @@ class Linter:
             ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
             ast.BinOp: lambda n, p, s: self._binop(n, p),
             ast.UnaryOp: lambda n, p, s: self._invert(n),
+            ast.Return: lambda n, p, s: self._return(n),
             ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
             ast.Lambda: self._enter_function,
             ast.ClassDef: self._enter_class,
@@ -562,11 +564,20 @@ class Linter:
             self._join_branches(marker.node)
             return
         done = self.scopes.pop()
+        if done.kind == "function" and done.name and done.returns and all(
+                v.dtype == "bool" for v in done.returns):
+            # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
+            # calls below are bool too.
+            self.bind(done.name, Value(returns_bool=True))
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
                                 "fill of a tensor that requires grad; use masked_fill")
+
+    def _return(self, node: ast.Return) -> None:
+        if self.scope.kind == "function":
+            self.scope.returns.append(self.value(node.value) if node.value else UNKNOWN)
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -798,8 +809,8 @@ class Linter:
             # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
             # `(1.0 - keep.to(s.dtype)) * -1e15`: the inversion of a 0/1 keep-mask is a mask
             # whatever its name (NVIDIA/apex#93)
-            if self._is_large_negative(big) and (mentions_mask(other) or one_minus(other)) and (
-                    not self._is_bool(other)):
+            if self._is_large_negative(big) and (mentions_mask(other) or self._inverted_mask(
+                    other)) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
                     other) or one_minus(other)):
@@ -816,13 +827,20 @@ class Linter:
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
 
+    def _inverted_mask(self, node: ast.AST) -> bool:
+        """`1 - keep`, `1.0 - keep.to(s.dtype)`: an inverted 0/1 mask of any name; not
+        `1.0 - done.float()`, which is float32, so the product cannot overflow float16 (and a
+        float16 score plus it is float32: texar's beam search)."""
+        return one_minus(node) and isinstance(node, ast.BinOp) and self.value(
+            node.right).dtype != "fp32"
+
     def _difference(self, node: ast.BinOp) -> None:
         right = node.right
         if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
             for big, other in ((right.left, right.right), (right.right, right.left)):
                 v = number(big, self.lookup)
                 if v is not None and math.isfinite(v) and v > FP16_MAX and (
-                        mentions_mask(other) or one_minus(other)):
+                        mentions_mask(other) or self._inverted_mask(other)):
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left

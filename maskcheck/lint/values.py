@@ -66,6 +66,7 @@ class Value:
     tokens: bool = False  # a tokenizer's output (a BatchEncoding)
     cached: bool = False  # keys/values concatenated with a cache: L != S
     diag_indices: bool = False  # torch.triu_indices(n, n) with offset 0: holds the diagonal
+    returns_bool: bool = False  # a function of this file whose every return is a bool tensor
     grad: bool = False  # requires grad
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
@@ -565,6 +566,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if grad_fact:
             return Value(grad=True)
     if base_node is None:
+        if isinstance(call.func, ast.Name) and lookup(call.func.id).returns_bool:
+            return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
         return UNKNOWN
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)

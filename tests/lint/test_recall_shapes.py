@@ -179,6 +179,9 @@ def test_an_inverted_keep_mask_of_any_name_times_a_huge_negative_is_found(tmp_pa
     assert _found(tmp_path / "b.py", source.replace("-1e15", "-1e4")) == []
     # The same factor times a probability is not a mask.
     assert _found(tmp_path / "c.py", source.replace("(1.0 - keep.to(scores.dtype))", "p")) == []
+    # texar's beam search: `1.0 - finished.float()` is float32, so the product is too, and
+    # float16 scores plus a float32 tensor give float32: nothing overflows.
+    assert _found(tmp_path / "d.py", source.replace("keep.to(scores.dtype)", "keep.float()")) == []
 
 
 def test_minus_inf_written_through_triu_indices_with_offset_zero_is_found(tmp_path: Path) -> None:
@@ -192,3 +195,29 @@ def test_minus_inf_written_through_triu_indices_with_offset_zero_is_found(tmp_pa
     assert _found(tmp_path / "b.py", source.replace("offset=0", "offset=1")) == []
     # Covariance code writes values, not a mask, through the same indices (speechbrain).
     assert _found(tmp_path / "c.py", source.replace("float('-inf')", "0.5")) == []
+
+
+# OpenNMT-py#1524: `1 - mask` on what OpenNMT's own sequence_mask helper returns (a bool).
+SEQUENCE_MASK = '''import torch
+
+
+def sequence_mask(lengths, max_len):
+    return torch.arange(0, max_len).type_as(lengths).repeat(lengths.numel(), 1).lt(
+        lengths.unsqueeze(1))
+
+
+def attend(align, memory_lengths):
+    mask = sequence_mask(memory_lengths, max_len=align.size(-1))
+    align = align.masked_fill(1 - mask, float("-inf"))
+    return torch.softmax(align, dim=-1)
+'''
+
+
+def test_a_helper_of_the_file_that_returns_a_comparison_gives_a_bool(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", SEQUENCE_MASK) == [(11, "MC512")]
+    assert _found(tmp_path / "b.py", SEQUENCE_MASK.replace("1 - mask", "~mask")) == []
+    # A helper that may return something else (here None) says nothing about its calls.
+    maybe = SEQUENCE_MASK.replace("    return torch.arange",
+                                  "    if max_len is None:\n        return None\n"
+                                  "    return torch.arange")
+    assert _found(tmp_path / "c.py", maybe) == []
