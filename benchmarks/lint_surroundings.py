@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|all] [--show N]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|all] [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
 markers and their `*_ok.py` twins), rewrites it the way real code bases hold the same code, runs
@@ -15,7 +15,7 @@ back to the line of the original file and compares:
   try           ... inside `try: ... except ImportError: pass`
   type-checking ... inside the `else:` of `if TYPE_CHECKING:`
   module-level  every top-level function's body run at module level (`def f(...):` -> `if True:`,
-                `return x` -> `_ = x`)
+                `return x` -> `_ = x`), except a function the file calls
   preamble      36 lines of unrelated code first (imports, a class whose docstring holds code-like
                 text at column 0, a dataclass)
   import-from   `import torch.nn.functional as F` -> `from torch.nn import functional as F`
@@ -238,8 +238,12 @@ def module_level(source: str) -> Rewritten | None:
     lines = [s.encode() for s in source.split("\n")]
     edits: list[tuple[int, int, int, bytes]] = []  # line, byte col, byte end, new text
     declared: dict[int, list[str]] = {}  # def line -> declarations to put below it
+    # A function the file calls stays a function: unrolled, its callers would read a name
+    # that no longer exists (a different program, not the same code elsewhere).
+    called = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Load)}
     for stmt in tree.body:
-        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or stmt.name in called:
             continue
         returns = _own_returns(stmt)
         body_start = _first_line(stmt.body[0])
@@ -518,7 +522,8 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "all"], default="all")
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"],
+                    default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()
     files = corpus_files(args.set)

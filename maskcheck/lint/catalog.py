@@ -42,7 +42,8 @@ TRIU_DIAGONAL_ZERO = register(RuleInfo(
     "`torch.triu(m)` keeps the main diagonal (diagonal=0 is the default). Applied to a matrix "
     "of -inf (or of True in a True = masked mask) it masks every query's own position as well "
     "as the future; the first query can attend to nothing, so its row is NaN (or zeros, or "
-    "uniform, depending on the kernel). A causal mask needs diagonal=1.",
+    "uniform, depending on the kernel). A causal mask needs diagonal=1. The same holds for "
+    "-inf written through `torch.triu_indices(n, n)` (offset 0 by default): use offset=1.",
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=0)",
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
     "pass diagonal=1 to triu for a causal mask",
@@ -94,7 +95,9 @@ BOOL_MASK_ADDED = register(RuleInfo(
     "torch promotes a bool tensor to the scores' float dtype when the two are added, so "
     "`scores + mask` adds 1.0 where the mask is True and 0.0 elsewhere. Nothing is masked: "
     "the padding (or the future) keeps almost all of its attention weight. A bool mask "
-    "selects positions; it has to go through masked_fill or torch.where.",
+    "selects positions; it has to go through masked_fill or torch.where. Any operand known "
+    "to be bool counts, whatever its name (`keep`, `rand(n, n) > p`, `ids.eq(pad)`), through "
+    "`+`, `+=`, torch.add and add_.",
     "mask = attention_mask == 0\n"
     "scores = scores + mask",
     "mask = attention_mask == 0\n"
@@ -107,7 +110,9 @@ CAUSAL_FLAG_WITH_CACHE = register(RuleInfo(
     "With is_causal=True, scaled_dot_product_attention builds `tril(ones(L, S))`, aligned "
     "to the top-left corner. When the keys hold a cache (S > L), query i should see the "
     "cache plus new keys up to i, but the top-left triangle lets it see only the first i+1 "
-    "keys: a single new query sees only key 0. The output is silently wrong in generation.",
+    "keys: a single new query sees only key 0. The output is silently wrong in generation. "
+    "Keys count as cached when concatenated with a cache, returned by `cache.update(...)`, "
+    "or read from a static cache up to the new tokens (`self.cache_k[:b, : start + n]`).",
     "k = torch.cat([past_k, k], dim=2)\n"
     "v = torch.cat([past_v, v], dim=2)\n"
     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
@@ -137,7 +142,7 @@ FLIPPED_BOOL_DIRECTION = register(RuleInfo(
 ))
 BOOL_MASK_SUBTRACT = register(RuleInfo(
     "MC512", "bool-mask-subtract", E, "source",
-    "`1 - mask` on a bool mask: torch raises (no `-` on bool tensors).",
+    "`1 - mask` (or `mask - 1`) on a bool mask: torch raises (no `-` on bool tensors).",
     "torch refuses subtraction with a bool tensor: `1 - mask` raises 'Subtraction, the `-` "
     "operator, with a bool tensor is not supported. If you are trying to invert a mask, use "
     "the `~` or `logical_not()` operator instead.' The code works while the mask is an int "
@@ -164,11 +169,12 @@ FINFO_MIN_SUMMED = register(RuleInfo(
 ))
 WIDE_FINFO_TO_HALF = register(RuleInfo(
     "MC517", "wide-finfo-to-half", E, "source",
-    "masked_fill of a float16/bfloat16 tensor with torch.finfo(torch.float32).min.",
+    "masked_fill (or torch.full) of a float16/bfloat16 tensor with the float32 minimum.",
     "The float32 minimum (-3.4e38) does not fit in float16 (65504) or bfloat16 (3.39e38): "
     "masked_fill raises 'value cannot be converted to type c10::Half without overflow' (and "
-    "c10::BFloat16 likewise, checked on torch 2.13). Take the minimum of the tensor's own "
-    "dtype.",
+    "c10::BFloat16 likewise, checked on torch 2.13), as does `-torch.finfo(torch.float32).max` "
+    "and `torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`. Take the "
+    "minimum of the tensor's own dtype.",
     "scores = scores.half()\n"
     "scores = scores.masked_fill(mask, torch.finfo(torch.float32).min)",
     "scores = scores.half()\n"

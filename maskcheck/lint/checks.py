@@ -133,6 +133,7 @@ class _Scope:
     # MC520: softmax results of such a product -> the product; reported when the scope ends
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
+    returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
 
 
 class _Param(NamedTuple):
@@ -311,10 +312,8 @@ _BRACKETS = (ast.Subscript, ast.List, ast.ListComp)
 
 
 def _named_mask(node: ast.AST, left: bool) -> bool:
-    """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name.
-
-    (Kept this narrow so that prefilter.py can see it in the text around the `+`.)
-    """
+    """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name
+    (MC508 asks for it on a cast float mask added to scores)."""
     if isinstance(node, ast.Subscript):
         if left and any(isinstance(n, _BRACKETS) for n in ast.walk(node.slice)):
             return False
@@ -400,6 +399,9 @@ class Linter:
         # parameters asked about -> the dtypes the calls pass.
         self.param_hits: list[tuple[Hit, _Param]] = []
         self.calls_to: dict[_Param, list[str | None]] | None = None
+        # The module and, built only when MC510 is about to fire, each node's parent.
+        self._tree: ast.AST | None = None
+        self._parent_of: dict[int, ast.AST] | None = None
 
     @property
     def scope(self) -> _Scope:
@@ -476,6 +478,7 @@ class Linter:
                                  getattr(node, "end_lineno", None) or line, message, edit))
 
     def run(self, tree: ast.AST) -> list[Hit]:
+        self._tree = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
         handlers = self._handlers()
@@ -516,6 +519,7 @@ class Linter:
             ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
             ast.BinOp: lambda n, p, s: self._binop(n, p),
             ast.UnaryOp: lambda n, p, s: self._invert(n),
+            ast.Return: lambda n, p, s: self._return(n),
             ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
             ast.Lambda: self._enter_function,
             ast.ClassDef: self._enter_class,
@@ -625,6 +629,11 @@ class Linter:
             return
         done = self.scopes.pop()
         self._flush_softmaxed(done)
+        if done.kind == "function" and done.name and done.returns and all(
+                v.dtype == "bool" for v in done.returns):
+            # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
+            # calls below are bool too.
+            self.bind(done.name, Value(returns_bool=True))
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -648,6 +657,10 @@ class Linter:
             self.scope.values.pop(name, None)
         else:
             self.scope.values[name] = before
+
+    def _return(self, node: ast.Return) -> None:
+        if self.scope.kind == "function":
+            self.scope.returns.append(self.value(node.value) if node.value else UNKNOWN)
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -720,7 +733,7 @@ class Linter:
             self._sdpa(call)
         elif name in {"softmax", "log_softmax"}:
             self._softmax(call, parent)
-        elif name in {"add", "mul"} and not call.keywords:
+        elif name in {"add", "add_", "mul"} and not call.keywords:
             self._arithmetic_call(call, name)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
@@ -852,8 +865,8 @@ class Linter:
     # --- expressions ---
 
     def _arithmetic_call(self, call: ast.Call, name: str) -> None:
-        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`: the rules on + and *."""
-        op: ast.operator = ast.Add() if name == "add" else ast.Mult()
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`: the rules on + and *."""
+        op: ast.operator = ast.Mult() if name == "mul" else ast.Add()
         base = receiver(call)
         if is_module_call(call) and len(call.args) == 2:
             left, right = call.args
@@ -901,7 +914,10 @@ class Linter:
         for big, other in ((node.left, node.right), (node.right, node.left)):
             # A bool tensor times a Python float is float32 (the default dtype) whatever the
             # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
-            if self._is_large_negative(big) and mentions_mask(other) and not self._is_bool(other):
+            # `(1.0 - keep.to(s.dtype)) * -1e15`: the inversion of a 0/1 keep-mask is a mask
+            # whatever its name (NVIDIA/apex#93)
+            if self._is_large_negative(big) and (mentions_mask(other) or self._inverted_mask(
+                    other)) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
                     other) or one_minus(other)):
@@ -918,15 +934,30 @@ class Linter:
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
 
+    def _inverted_mask(self, node: ast.AST) -> bool:
+        """`1 - keep`, `1.0 - keep.to(s.dtype)`: an inverted 0/1 mask of any name; not
+        `1.0 - done.float()`, which is float32, so the product cannot overflow float16 (and a
+        float16 score plus it is float32: texar's beam search)."""
+        return one_minus(node) and isinstance(node, ast.BinOp) and self.value(
+            node.right).dtype != "fp32"
+
     def _difference(self, node: ast.BinOp) -> None:
         right = node.right
         if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
             for big, other in ((right.left, right.right), (right.right, right.left)):
                 v = number(big, self.lookup)
-                if v is not None and math.isfinite(v) and v > FP16_MAX and mentions_mask(other):
+                if v is not None and math.isfinite(v) and v > FP16_MAX and (
+                        mentions_mask(other) or self._inverted_mask(other)):
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left
+        if isinstance(right, ast.Constant) and number(right) is not None and self.value(
+                left).dtype == "bool":
+            # `padding_mask.unsqueeze(-1) - 1` (chatglm3-base-tuning#1) raises just the same
+            self.report("MC512", node, f"{self._text(left)} is a bool tensor: "
+                        f"`{self._text(node)}` raises in torch (no `-` on bool); cast it "
+                        "first (`.int()`) or invert it with `~`")
+            return
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
             edit = self._edit(node, f"~{self._paren(right)}") if number(
@@ -945,8 +976,9 @@ class Linter:
             return
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):
-            if mask.dtype == "bool" and _named_mask(mask_node, mask_node is node.left) and (
-                    _is_score_name(other)) and self.value(other).dtype != "bool":
+            # Any operand known to be bool: `keep4d.bool()`, `rand(n, n) > p`, `ids.eq(pad)`.
+            if mask.dtype == "bool" and _is_score_name(other) and self.value(
+                    other).dtype != "bool":
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
@@ -1200,6 +1232,8 @@ class Linter:
                 self._large_negative(branch, "torch.where", tensors[0])
 
     def _full(self, call: ast.Call, name: str) -> None:
+        if name in {"full", "full_like", "new_full"}:
+            self._wide_finfo_full(call)
         if name == "fill_":
             fill = call.args[0] if call.args else None
             target = receiver(call)
@@ -1220,6 +1254,16 @@ class Linter:
                 mentions_mask(target) or self.value(target).dtype in HALF_DTYPES):
             return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
+
+    def _wide_finfo_full(self, call: ast.Call) -> None:
+        """`torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`: raises
+        (samlhuillier/spider-sql-finetune#1, a half causal-mask helper)."""
+        fill = argument(call, 1, "fill_value")
+        if fill is not None and (is_wide_finfo_min(fill) or self.value(fill).wide_finfo) and (
+                dtype_of(kwarg(call, "dtype")) == "half"):
+            self.report("MC517", fill, f"{self._text(fill)} is the float32 minimum: a "
+                        "float16/bfloat16 tensor cannot hold it (value cannot be converted "
+                        "without overflow); use torch.finfo(dtype).min of that dtype")
 
     def _large_negative(self, value: ast.AST, where: str, target: ast.AST | None) -> None:
         if self.scope.fp16_guard or self.fp32_only:
@@ -1455,6 +1499,11 @@ class Linter:
         held = _held_name(target)
         if held is not None:
             self._mutate(held)
+        if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target):
+            # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0
+            self.report("MC503", target, "triu_indices with offset=0 holds the diagonal: "
+                        "writing -inf there masks every query's own key (the first row is "
+                        "empty); use offset=1")
         name = root_name(target)
         if name is None:
             return
@@ -1466,6 +1515,13 @@ class Linter:
             return
         if not is_zero(value):
             masks[name] = False  # `mask[i][j] = 1`, `mask[i, a:b] = 1`: something was kept
+
+    def _indexed_by_diag_indices(self, target: ast.Subscript) -> bool:
+        """`x[:, idx[0], idx[1]]` where `idx = torch.triu_indices(n, n)` (offset 0)."""
+        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        rows_cols = [p for p in parts if isinstance(p, ast.Subscript) and isinstance(
+            p.value, ast.Name) and self.lookup(p.value.id).diag_indices]
+        return len(rows_cols) >= 2
 
     def _zero_mask_call(self, call: ast.Call, name: str) -> None:
         base = receiver(call)
@@ -1520,7 +1576,8 @@ class Linter:
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
         key = argument(call, 1, "key")
-        if causal is not None and causal_on and key is not None and self.value(key).cached:
+        if causal is not None and causal_on and key is not None and self.value(key).cached and (
+                not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
@@ -1537,6 +1594,66 @@ class Linter:
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
+
+
+    def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
+        """Whether the call sits under an `if` whose test shares a name with the test that
+        guards the cache concatenation of `key`: the author split the cached and the uncached
+        path (lag-llama PR #84's fix: `is_causal=True` only in the branch without a cache).
+        Only the `if`s the call and the assignment do not share count: code wrapped whole in
+        `if TYPE_CHECKING: ... else:` still fires."""
+        name = dotted(key)
+        if name is None or self._tree is None:
+            return False
+        if self._parent_of is None:
+            self._parent_of = {id(child): node for node in ast.walk(self._tree)
+                               for child in ast.iter_child_nodes(node)}
+        parents = self._parent_of
+        call_ifs = _enclosing_ifs(call, parents)
+        if not call_ifs:
+            return False
+        function = _enclosing_function(call, parents)
+        gated = set().union(*(_test_names(node.test) for node in call_ifs))
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and name in (
+                    _stored_dotted(node)):
+                own = [i for i in _enclosing_ifs(node, parents) if i not in call_ifs]
+                if any(_test_names(i.test) & gated for i in own):
+                    return True
+        return False
+
+
+def _enclosing_ifs(node: ast.AST, parents: dict[int, ast.AST]) -> list[ast.If]:
+    """The `if` statements around `node`, inside its function."""
+    found: list[ast.If] = []
+    at = parents.get(id(node))
+    while at is not None and not isinstance(at, _FUNCTION_NODES):
+        if isinstance(at, ast.If):
+            found.append(at)
+        at = parents.get(id(at))
+    return found
+
+
+def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    at = parents.get(id(node))
+    while at is not None and not isinstance(at, _FUNCTION_NODES):
+        node, at = at, parents.get(id(at))
+    return at if at is not None else node
+
+
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _test_names(test: ast.expr) -> set[str]:
+    """The names and dotted attributes an `if` test reads (`use_kv_cache`, `self.kv_cache`)."""
+    names = {dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+    return {n for n in names if n is not None and n != "self"}
+
+
+def _stored_dotted(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> set[str]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return {dotted(n) or "" for t in targets for n in ast.walk(t)
+            if isinstance(n, (ast.Name, ast.Attribute))}
 
 
 _MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",

@@ -5,8 +5,8 @@ a *necessary* condition, never a sufficient one: rule `code` cannot fire unless 
 appear in the text, because each rule's evidence is an AST node whose source text holds them
 (an alias import still names the function; `NEG_INF = -1e9` still holds the literal;
 `number()` only evaluates products with a factor beyond 65504, so a value below -65504
-always shows one of the digit shapes below; MC509 only reads masks by their own dotted
-name, right next to the `+`). A file that passes is parsed and walked whole.
+always shows one of the digit shapes below; MC509 needs a `+`/`add`, a score word or a
+product, and bool evidence). A file that passes is parsed and walked whole.
 
 tests/lint/test_prefilter.py checks on real files that the shortcut and a full parse give
 the same findings; benchmarks/lint_prefilter_equivalence.py does it over whole packages.
@@ -31,16 +31,9 @@ _INF = re.compile(r"inf(?:inity)?\b")
 # (searched in the text with every digit made 0; each pattern starts with a literal: fast).
 _DIGIT_MINUS = re.compile(rb"0[\s\\]*-")
 _DOT_MINUS = re.compile(r"\.[\s\\]*-")
+# ... or `<bool tensor> - <numeric literal>`: a name or bracket, then `-`, then a digit or a dot.
+_MINUS_DIGIT = re.compile(rb"[\w)\]][\s\\]*-[\s\\]*[0.]")
 _TRANSFORMER = re.compile(r"Transformer(?:Encoder|Decoder)?(?:Layer)?\b")
-_MASK_WORDS = ("mask", "bias", "causal", "extended")
-_MASK_WORD = r"(?:mask|bias|causal|extended)"
-# MC509 (on lower-cased text): `+` right before a mask-named operand, or right after one (an
-# optional simple index).
-# A comment between operator and operand runs to its newline: `#[^\n]*\n` can match a comment
-# in one way only, where `#[^\n]*` alone could split a line of `#`, spaces or brackets in
-# exponentially many ways (a CuTeDSL example file took minutes under some hash seeds).
-_PLUS_THEN_MASK = re.compile(r"\+(?:[\s(\\]|#[^\n]*\n)*[\w.]*" + _MASK_WORD)
-_MASK_THEN_PLUS = re.compile(_MASK_WORD + r"[\w.]*(?:\[[^\[\]]*\])?(?:[\s)\\]|#[^\n]*\n)*\+")
 
 
 class _Text:
@@ -129,12 +122,6 @@ def _transformer_class(text: str) -> bool:
     return False
 
 
-def _plus_mask(t: _Text) -> bool:
-    low = t.low
-    return "+" in low and any(w in low for w in _MASK_WORDS) and (
-        _PLUS_THEN_MASK.search(low) is not None or _MASK_THEN_PLUS.search(low) is not None)
-
-
 # What `checks._is_score_name` reads as scores: a matmul or a name with one of these words.
 _SCORE_TOKENS = ("@", "matmul", "bmm", "einsum", "score", "logit", "attn", "att_", "weights",
                  "dots", "energy", "sim")
@@ -144,16 +131,19 @@ def _scores(t: _Text) -> bool:
     return any(token in t.low for token in _SCORE_TOKENS)
 
 
-def _has_mask_word(t: _Text) -> bool:
-    return any(w in t.low for w in _MASK_WORDS)
-
-
 def _literal_minus(t: _Text) -> bool:
-    return _DIGIT_MINUS.search(t.zeros) is not None or _DOT_MINUS.search(t.text) is not None
+    return (_DIGIT_MINUS.search(t.zeros) is not None or _DOT_MINUS.search(t.text) is not None
+            or _MINUS_DIGIT.search(t.zeros) is not None)
 
 
 _TOKENIZER = _has_low("tokenizer", "processor")
-_BOOL_EVIDENCE = _has("bool", "==", "!=", "<", ">", "~", "logical_")
+# What makes a value bool in values.py: a comparison (operator or `.eq(`/`.ne(`/... method),
+# `.bool()`/`dtype=torch.bool`, `torch.full(..., True)`, `logical_*`.
+_BOOL_EVIDENCE = _has("bool", "==", "!=", "<", ">", "~", "logical_", "eq(", "ne(", "gt(", "lt(",
+                      "ge(", "le(", "True")
+# MC509's other operand is scores: a score word in its last name, `@`, or a product call.
+_SCORE_EVIDENCE = _has_low("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim",
+                           "@", "matmul", "bmm", "einsum")
 # MC508's `scores + m` (`+`, `+=`, `torch.add`; scores by `_is_score_name`): m is a tokenizer's
 # int mask (read as `attention_mask`), a float triangle of ones, a 0/1 literal, or a cast to a
 # float dtype (`.float()`, `.to(...)`, `.type_as(...)`, ...) of a mask from a tokenizer, a
@@ -188,9 +178,10 @@ _CONDITIONS: dict[str, _Test] = {
     "MC506": _has("scaled_dot_product_attention"),
     # at SDPA / MultiheadAttention, or added to scores
     "MC508": lambda t: _mha_or_sdpa(t) or _added_zero_one(t),
-    "MC509": _all(lambda t: _plus_mask(t) or ("add" in t.text and _has_mask_word(t)),
-                  _BOOL_EVIDENCE),
-    "MC510": _all(_has("scaled_dot_product_attention"), _has("cat")),
+    "MC509": _all(_has("+", "add"), _SCORE_EVIDENCE, _BOOL_EVIDENCE),
+    # keys from `torch.cat` with a cache, `cache.update(...)`/`past_key_value.update(...)`, or
+    # a static cache read up to the new tokens (`self.cache_k[:, : start_pos + n]`)
+    "MC510": _all(_has("scaled_dot_product_attention"), _has("cat", "cache", "past")),
     "MC511": _all(_mha_or_sdpa, _TOKENIZER),
     "MC512": _all(_literal_minus, _BOOL_EVIDENCE),
     "MC513": _all(_has("finfo"), _has("+", "add")),

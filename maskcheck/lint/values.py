@@ -69,6 +69,8 @@ class Value:
     pad_keep: bool = False  # `tokens != pad_idx`: True at real tokens (a keep-mask by its test)
     tokens: bool = False  # a tokenizer's output (a BatchEncoding)
     cached: bool = False  # keys/values concatenated with a cache: L != S
+    diag_indices: bool = False  # torch.triu_indices(n, n) with offset 0: holds the diagonal
+    returns_bool: bool = False  # a function of this file whose every return is a bool tensor
     grad: bool = False  # requires grad
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
@@ -206,7 +208,11 @@ def is_finfo_min(node: ast.AST, lookup: Lookup | None = None) -> bool:
 
 
 def is_wide_finfo_min(node: ast.AST) -> bool:
-    """`torch.finfo(torch.float32).min`: the float32 minimum, which float16 cannot hold."""
+    """`torch.finfo(torch.float32).min` (or `-...max`, dotnet/TorchSharp#1135): the float32
+    minimum, which float16 cannot hold."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(
+            node.operand, ast.Attribute) and node.operand.attr == "max":
+        node = ast.Attribute(value=node.operand.value, attr="min")
     if not (isinstance(node, ast.Attribute) and node.attr == "min"
             and isinstance(node.value, ast.Call) and call_name(node.value) == "finfo"):
         return False
@@ -408,12 +414,24 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True)
+    if _cache_prefix(node):
+        return Value(cached=True)
     if not base:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _cache_prefix(node: ast.Subscript) -> bool:
+    """`self.cache_k[:bsz, : start_pos + seqlen]`: a static KV cache read up to the new tokens
+    (meta-llama's Attention.forward): the cached keys and the new ones, L != S."""
+    if "cache" not in (dotted(node.value) or "").lower():
+        return False
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return any(isinstance(p, ast.Slice) and p.lower is None and isinstance(p.upper, ast.BinOp)
+               and isinstance(p.upper.op, ast.Add) for p in parts)
 
 
 def _square_slice(key: ast.expr) -> bool:
@@ -434,6 +452,8 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     if len(node.ops) != 1:
         return UNKNOWN
     left, op, right = node.left, node.ops[0], node.comparators[0]
+    if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+        return UNKNOWN  # identity and membership give a Python bool, never a tensor
     lv = describe(left, lookup)
     tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
         mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))
@@ -556,6 +576,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if grad_fact:
             return Value(grad=True)
     if base_node is None:
+        if isinstance(call.func, ast.Name) and lookup(call.func.id).returns_bool:
+            return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
         return UNKNOWN
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
@@ -601,6 +623,9 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) for p in parts[:-1]):
             return Value(cached=True)
         return UNKNOWN
+    if name == "triu_indices":
+        offset = argument(call, 2, "offset")
+        return Value(diag_indices=offset is None or is_zero(offset))
     if name == "generate_square_subsequent_mask":
         return Value(additive=True)  # nn.Transformer's 0 / -inf float mask
     if name == "where" and len(call.args) == 3:

@@ -61,6 +61,17 @@ def test_real_files_keep_their_findings() -> None:
     "    return causal_mask[:, None] + attn_scores\n",
     "from torch.nn.functional import scaled_dot_product_attention as attend\n"
     "def f(q, k, v, m):\n    return attend(q, k, v, m, 0.0, True)\n",
+    # a bool of any name added to scores, in place (MC509)
+    "def f(scores, tokens, pad_id):\n    pad = tokens.eq(pad_id)\n    scores.add_(pad)\n"
+    "    return scores\n",
+    # a bool minus a number (MC512), with no literal before a `-`
+    "def f(ids, pad_id):\n    keep = ids.ne(pad_id)\n    return keep.unsqueeze(-1) - 1\n",
+    # keys from a static cache without `cat` anywhere (MC510)
+    "import torch.nn.functional as F\ndef f(self, q, p, n):\n    k = self.cache_k[:, : p + n]\n"
+    "    return F.scaled_dot_product_attention(q, k, k, is_causal=True)\n",
+    # -finfo(float32).max into a half tensor (MC517)
+    "import torch\ndef f(w, m):\n    w = w.half()\n"
+    "    return w.masked_fill(m, -torch.finfo(torch.float32).max)\n",
     # a subscript write into a buffer, with no masked_fill_ anywhere (MC524)
     "import torch\nfrom torch import nn\nclass A(nn.Module):\n    def __init__(self, n):\n"
     "        super().__init__()\n        self.register_buffer('bias', torch.zeros(n, n))\n"
@@ -97,7 +108,7 @@ def test_comment_runs_after_a_mask_word_do_not_backtrack_exponentially() -> None
         "from maskcheck.lint.prefilter import may_match\n"
         "run = 'mask\\n' + '    #     cute.printf(\"shape = {}\", shape)\\n' * 40\n"
         "print(may_match(run + 'x = 1 + 2 == 3\\n', 'MC509'),\n"
-        "      may_match(run + '    + 1 == 2\\n', 'MC509'))\n"
+        "      may_match(run + '    scores + 1 == 2\\n', 'MC509'))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
