@@ -1660,25 +1660,23 @@ _MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncod
                           "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"})
 
 
+def _annotation_name(annotation: ast.expr | None) -> str | None:
+    """`torch.Tensor`, `nn.MultiheadAttention` or its string form `"nn.MultiheadAttention"`."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value
+    return None if annotation is None else module_dotted(annotation)
+
+
 def _annotated_mha(annotation: ast.expr | None) -> bool:
     """A parameter annotated as one of torch's own attention modules (True = padding)."""
-    if annotation is None:
-        return False
-    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        name: str | None = annotation.value
-    else:
-        name = module_dotted(annotation)
+    name = _annotation_name(annotation)
     return name is not None and name.split(".")[-1] in _MHA_CLASSES and (
         "." not in name or name.split(".")[0] in {"nn", "torch"})
 
 
 def _annotated_tensor(annotation: ast.expr | None) -> bool:
     """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
-    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        name: str | None = annotation.value
-    else:
-        name = None if annotation is None else module_dotted(annotation)
-    return name in {"Tensor", "torch.Tensor"}
+    return _annotation_name(annotation) in {"Tensor", "torch.Tensor"}
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
