@@ -130,6 +130,8 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
         report.error = f"syntax error{where}: {e.msg}"
     except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
+    except Exception as e:  # a linter bug costs this file an error line, not the whole run
+        report.error = f"internal error while linting ({type(e).__name__}: {e}); please report it"
     return report
 
 

@@ -150,7 +150,10 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
     """The value of a constant numeric expression (-1e9, -10**9, float('-inf'), NEG_INF)."""
     if isinstance(node, ast.Constant):
         v = node.value
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        if isinstance(v, int) and not isinstance(v, bool):
+            # an int literal past float's range (sympy's 10**400-digit constants) is no fill value
+            return float(v) if abs(v) < 2 ** 1024 else None
+        return v if isinstance(v, float) else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = number(node.operand, lookup)
         return None if v is None else (-v if isinstance(node.op, ast.USub) else v)

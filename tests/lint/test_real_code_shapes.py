@@ -242,3 +242,11 @@ def test_bfloat16_has_the_range_of_float32(tmp_path: Path) -> None:
     full = "import torch\n\ndef f(n):\n    return torch.full((n, n), -1e9, dtype=torch.{d})\n"
     assert _codes(path, full.format(d="bfloat16")) == []
     assert _codes(path, full.format(d="float16")) == ["MC501"]
+
+
+def test_an_int_literal_past_float_range_is_linted(tmp_path: Path) -> None:
+    # sympy holds 400-digit int constants: float() of them raised OverflowError and stopped
+    # the whole run
+    huge = "x = 1" + "0" * 400 + " + 1\n"
+    source = huge + REFERENCE
+    assert _codes(tmp_path / "indexer.py", source) == ["MC501"]
