@@ -66,6 +66,12 @@ _API_NAMES = frozenset({"scaled_dot_product_attention", "triu", "tril", "masked_
 _MHA_MASK_KWARGS = frozenset({"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask"})
 _TORCH_KEY_PADDING_FUNCS = frozenset({"multi_head_attention_forward"})
 _SCORE_WORDS = ("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim")
+# Words of a name that make it a count, a size or an index, whatever score word it holds.
+_NOT_SCORE_TOKENS = frozenset({
+    "len", "lens", "length", "lengths", "count", "counts", "num", "n", "total", "correct",
+    "size", "sizes", "idx", "index", "indices", "ids", "loss", "losses", "acc", "sample",
+    "samples", "class", "token", "tokens", "pos", "position", "positions"})
+_SIM_TOKENS = frozenset({"sim", "sims", "similarity", "similarities", "cos"})
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
@@ -370,7 +376,13 @@ def _is_score_name(node: ast.AST) -> bool:
     if isinstance(node, ast.Call) and call_name(node) in {"matmul", "bmm", "einsum", "baddbmm"}:
         return True
     text = (last_name(node) or "").lower()
-    return any(word in text for word in _SCORE_WORDS) and "mask" not in text
+    matched = [word for word in _SCORE_WORDS if word in text]
+    if not matched or "mask" in text:
+        return False
+    tokens = set(re.split(r"[^a-z]+", text))
+    if tokens & _NOT_SCORE_TOKENS:
+        return False  # `attn_lengths`, `sample_weights`, `n_correct_logits`: counts, not scores
+    return matched != ["sim"] or not tokens.isdisjoint(_SIM_TOKENS)  # `sim`, not `simple`
 
 
 # --- the walk -----------------------------------------------------------------------------
@@ -1855,8 +1867,12 @@ def _is_test_path(path: str) -> bool:
 def lint_tree(
     tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
-    if _other_framework_module(tree):
+    roots = _imported_roots(tree)
+    if "torch" not in roots and not roots.isdisjoint(_OTHER_FRAMEWORKS):
         return []
+    if "torch" not in roots and "numpy" in roots:
+        # numpy computes `1 - bool_array` and `bool_array - 1` (int results): MC512 is torch's
+        enabled = enabled - {"MC512"}
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
         linter = Linter(enabled, source, path)
@@ -1875,7 +1891,8 @@ _OTHER_FRAMEWORKS = frozenset({
     "mxnet", "tensorflow", "jax", "flax", "paddle", "keras", "mindspore"})
 
 
-def _other_framework_module(tree: ast.AST) -> bool:
+def _imported_roots(tree: ast.AST) -> set[str]:
+    """The top-level packages a module imports at its top level (also under `try`/`if`)."""
     roots: set[str] = set()
     statements = list(getattr(tree, "body", []))
     for stmt in statements:
@@ -1888,7 +1905,7 @@ def _other_framework_module(tree: ast.AST) -> bool:
             statements.extend(stmt.orelse)
             for handler in getattr(stmt, "handlers", []):
                 statements.extend(handler.body)
-    return "torch" not in roots and not roots.isdisjoint(_OTHER_FRAMEWORKS)
+    return roots
 
 
 def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,

@@ -457,12 +457,27 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     left, op, right = node.left, node.ops[0], node.comparators[0]
     if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
         return UNKNOWN  # identity and membership give a Python bool, never a tensor
+    if not elementwise and _python_scalar(left):
+        return UNKNOWN  # `len(x) > 0`, `x.size(-1) > 4`, `x.shape[0] == 1`: a Python bool
     lv = describe(left, lookup)
     tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
         mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
+
+
+# Calls that give a Python number or bool, never a tensor.
+_SCALAR_CALLS = frozenset({
+    "len", "size", "dim", "ndimension", "numel", "item", "int", "float", "bool", "isinstance",
+    "hasattr", "callable", "nelement", "element_size", "get_device"})
+
+
+def _python_scalar(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return call_name(node) in _SCALAR_CALLS
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and (
+        node.value.attr in {"shape", "ndim"})
 
 
 def _describe_receiver(node: ast.AST, method: str, lookup: Lookup) -> Value:

@@ -250,3 +250,34 @@ def test_an_int_literal_past_float_range_is_linted(tmp_path: Path) -> None:
     huge = "x = 1" + "0" * 400 + " + 1\n"
     source = huge + REFERENCE
     assert _codes(tmp_path / "indexer.py", source) == ["MC501"]
+
+
+COUNTING = '''import torch
+
+
+def step(x, ids, labels, logits, y, num_sims, sample_weights, attn_lengths, pad_id):
+    num_sims = num_sims + (len(x) > 0)
+    pad = (x.size(-1) > 4) - 1
+    wide = (x.shape[-1] > 8) - 1
+    sample_weights = sample_weights + labels.eq(1)
+    n_correct_logits = logits.sum() + (logits.argmax(-1) == y)
+    attn_lengths = attn_lengths + (ids != pad_id)
+    return num_sims, pad, wide, sample_weights, n_correct_logits, attn_lengths
+'''
+
+
+def test_python_bools_and_counts_are_not_masks(tmp_path: Path) -> None:
+    path = tmp_path / "counts.py"
+    path.write_text(COUNTING)
+    report = lint_file(str(path), frozenset({"MC508", "MC509", "MC512"}))
+    assert report.error is None and report.findings == [], report.findings
+    scores = COUNTING.replace("attn_lengths = attn_lengths", "attn_scores = attn_scores")
+    path.write_text(scores.replace("attn_lengths", "attn_scores"))
+    report = lint_file(str(path), frozenset({"MC509"}))
+    assert [f.line for f in report.findings] == [10]
+
+
+def test_numpy_bool_arithmetic_is_numpy_s(tmp_path: Path) -> None:
+    source = "import numpy as np\n\ndef f(a):\n    keep = np.asarray(a) > 0\n    return keep - 1\n"
+    assert _codes(tmp_path / "np_only.py", source) == []
+    assert _codes(tmp_path / "np_only.py", "import torch\n" + source) == ["MC512"]
