@@ -1607,7 +1607,6 @@ class Linter:
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
 
-
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
         """Whether the call sits under an `if` whose test shares a name with the test that
         guards the cache concatenation of `key`: the author split the cached and the uncached
@@ -1622,17 +1621,35 @@ class Linter:
                                for child in ast.iter_child_nodes(node)}
         parents = self._parent_of
         call_ifs = _enclosing_ifs(call, parents)
-        if not call_ifs:
+        # only the `if`s where the call runs when their test is false (`else:`, `if not x:`)
+        off = [i for i in call_ifs if not _runs_when_true(i, call, parents)]
+        if not off:
             return False
         function = _enclosing_function(call, parents)
-        gated = set().union(*(_test_names(node.test) for node in call_ifs))
+        gated = set().union(*(_test_names(node.test) for node in off))
         for node in ast.walk(function):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and name in (
                     _stored_dotted(node)):
-                own = [i for i in _enclosing_ifs(node, parents) if i not in call_ifs]
+                own = [i for i in _enclosing_ifs(node, parents) if i not in call_ifs
+                       and _runs_when_true(i, node, parents)]
                 if any(_test_names(i.test) & gated for i in own):
                     return True
         return False
+
+
+def _runs_when_true(branch: ast.If, node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether `node` runs when `branch`'s test reads true: in its body (its else branch for
+    `if not x:` / `if x is None:`)."""
+    at = node
+    while parents.get(id(at)) is not branch:
+        at = parents[id(at)]
+    in_body = any(stmt is at for stmt in branch.body)
+    test = branch.test
+    negated = (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)) or (
+        isinstance(test, ast.Compare) and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.Eq))
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
+    return in_body != negated
 
 
 def _enclosing_ifs(node: ast.AST, parents: dict[int, ast.AST]) -> list[ast.If]:

@@ -281,3 +281,26 @@ def test_numpy_bool_arithmetic_is_numpy_s(tmp_path: Path) -> None:
     source = "import numpy as np\n\ndef f(a):\n    keep = np.asarray(a) > 0\n    return keep - 1\n"
     assert _codes(tmp_path / "np_only.py", source) == []
     assert _codes(tmp_path / "np_only.py", "import torch\n" + source) == ["MC512"]
+
+
+CACHE_BRANCHES = '''import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v, past_k, use_cache):
+    if use_cache:
+        k = torch.cat([past_k, k], dim=2)
+    if use_cache:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y
+'''
+
+
+def test_a_causal_call_on_the_cached_branch_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "attend.py"
+    path.write_text(CACHE_BRANCHES)
+    report = lint_file(str(path), frozenset({"MC510"}))
+    # line 9 runs with the concatenated cache; line 11 only without it
+    assert [f.line for f in report.findings] == [9]
