@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.lint.values import (
     BF16_MAX,
+    FLOAT_DTYPES,
     FP16_MAX,
     HALF_DTYPES,
     MODULE_ALIASES,
@@ -1082,7 +1083,7 @@ class Linter:
         """A float tensor of 0s and 1s by evidence, not written in place since."""
         facts = self.value(node)
         return facts.dtype not in {"bool", "int"} and (facts.float01 or (
-            facts.zero_one and facts.dtype in {"fp32", "half"})) and not self._is_mutated(node)
+            facts.zero_one and facts.dtype in FLOAT_DTYPES)) and not self._is_mutated(node)
 
     def _float_mask_argument(self, mask: ast.expr, api: str) -> None:
         if self._float_zero_one(mask):
@@ -1272,7 +1273,7 @@ class Linter:
         (samlhuillier/spider-sql-finetune#1, a half causal-mask helper)."""
         fill = argument(call, 1, "fill_value")
         if fill is not None and (is_wide_finfo_min(fill) or self.value(fill).wide_finfo) and (
-                dtype_of(kwarg(call, "dtype")) == "half"):
+                dtype_of(kwarg(call, "dtype")) in HALF_DTYPES):
             self.report("MC517", fill, f"{self._text(fill)} is the float32 minimum: a "
                         "float16/bfloat16 tensor cannot hold it (value cannot be converted "
                         "without overflow); use torch.finfo(dtype).min of that dtype")

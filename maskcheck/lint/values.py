@@ -40,7 +40,7 @@ _ARRAY_METHODS = _KEEPS_VALUES | _TRANSPOSES | {
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
 # The float dtype facts: float32, float16 and bfloat16 (same range as float32, so -1e9 fits).
-_FLOAT_DTYPES = frozenset({"fp32", "half", "bf16"})
+FLOAT_DTYPES = frozenset({"fp32", "half", "bf16"})
 HALF_DTYPES = frozenset({"half", "bf16"})
 BF16_MAX = 3.3895313892515355e38
 _FP32 = frozenset({"float32", "float", "float64", "double"})
@@ -558,7 +558,7 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
             left.dtype == "bool" and right.dtype == "bool"):
         return Value(dtype="bool")
-    dtype = left.dtype if left.dtype in _FLOAT_DTYPES else None
+    dtype = left.dtype if left.dtype in FLOAT_DTYPES else None
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 
@@ -676,7 +676,7 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
     """A float result's dtype: `dtype=` if given (`x.sum(dtype=torch.float32)`), else the
     input's when it is a float one (an int or bool sum is int64: not followed)."""
     dtype = dtype_of(kwarg(call, "dtype")) or value.dtype
-    return Value(dtype=dtype) if dtype in _FLOAT_DTYPES else None
+    return Value(dtype=dtype) if dtype in FLOAT_DTYPES else None
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
@@ -687,7 +687,7 @@ _PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
 def _product_dtype(dtypes: list[str | None]) -> Value | None:
     """The dtype of a product when every known operand agrees and at least one is known."""
     known = {d for d in dtypes if d is not None}
-    if len(known) == 1 and known <= _FLOAT_DTYPES:
+    if len(known) == 1 and known <= FLOAT_DTYPES:
         return Value(dtype=known.pop())
     return None
 
@@ -806,7 +806,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
 
 def _starts_empty(base: Value) -> bool:
     """A zeros matrix: filling it with -inf makes an additive mask."""
-    return base.zeros and (base.dtype is None or base.dtype in _FLOAT_DTYPES)
+    return base.zeros and (base.dtype is None or base.dtype in FLOAT_DTYPES)
 
 
 def _is_device(node: ast.AST) -> bool:
@@ -847,8 +847,8 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
     text = (last_name(node) or "").lower()
     if "mask" in text or "bias" in text:
         return False
-    known = lookup(text) if isinstance(node, ast.Name) else UNKNOWN
-    if known.dtype in {"fp32", "half"}:
+    known = lookup(node.id) if isinstance(node, ast.Name) else UNKNOWN
+    if known.dtype in FLOAT_DTYPES:
         return True
     if known.dtype is not None:
         return False

@@ -85,6 +85,10 @@ def test_real_files_keep_their_findings() -> None:
     # MC520 through `*=` and a method-form softmax
     "import torch\ndef f(e, n):\n    tri = torch.ones(n, n).tril()\n    e *= tri\n"
     "    return e.softmax(-1)\n",
+    # MC508 through an in-place add_, MC512 through a parenthesised literal
+    "def f(scores, tokenizer, t):\n    attention_mask = tokenizer(t)['attention_mask']\n"
+    "    scores.add_(attention_mask.float())\n    return scores\n",
+    "def f(ids, pad_id):\n    keep = ids != pad_id\n    return keep - (1)\n",
 ])
 def test_tricky_spellings_are_not_skipped(snippet: str) -> None:
     assert find_hits(snippet, CODES), "the snippet should fire some rule"

@@ -304,3 +304,33 @@ def test_a_causal_call_on_the_cached_branch_is_reported(tmp_path: Path) -> None:
     report = lint_file(str(path), frozenset({"MC510"}))
     # line 9 runs with the concatenated cache; line 11 only without it
     assert [f.line for f in report.findings] == [9]
+
+
+BF16_CASES = '''import torch
+import torch.nn.functional as F
+
+
+def full_min(n):
+    return torch.full((n, n), torch.finfo(torch.float32).min, dtype=torch.{d})
+
+
+def tri_mask(x, n):
+    mha = torch.nn.MultiheadAttention(8, 2)
+    return mha(x, x, x, attn_mask=torch.ones(n, n, dtype=torch.{d}).tril())
+
+
+def length_mask(q, k, v, ids, pad_id):
+    q = q.{d}()
+    keep = (ids != pad_id)[:, None, None, :].to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+'''
+
+
+def test_bfloat16_is_a_half_dtype_for_the_rules_that_are_not_about_range(
+        tmp_path: Path) -> None:
+    path = tmp_path / "bf16.py"
+    for dtype in ("float16", "bfloat16"):
+        path.write_text(BF16_CASES.format(d=dtype).replace("q.float16()", "q.half()"))
+        report = lint_file(str(path), frozenset({"MC508", "MC517"}))
+        assert [(f.line, f.code) for f in report.findings] == [
+            (6, "MC517"), (11, "MC508"), (17, "MC508")], dtype
