@@ -117,12 +117,8 @@ def _transformer_class(text: str) -> bool:
 
 
 # What `checks._is_score_name` reads as scores: a matmul or a name with one of these words.
-_SCORE_TOKENS = ("@", "matmul", "bmm", "einsum", "score", "logit", "attn", "att_", "weights",
-                 "dots", "energy", "sim")
-
-
-def _scores(t: _Text) -> bool:
-    return any(token in t.low for token in _SCORE_TOKENS)
+_SCORE_EVIDENCE = _has_low("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim",
+                           "@", "matmul", "bmm", "einsum")
 
 
 _TOKENIZER = _has_low("tokenizer", "processor")
@@ -130,9 +126,6 @@ _TOKENIZER = _has_low("tokenizer", "processor")
 # `.bool()`/`dtype=torch.bool`, `torch.full(..., True)`, `logical_*`.
 _BOOL_EVIDENCE = _has("bool", "==", "!=", "<", ">", "~", "logical_", "eq(", "ne(", "gt(", "lt(",
                       "ge(", "le(", "True")
-# MC509's other operand is scores: a score word in its last name, `@`, or a product call.
-_SCORE_EVIDENCE = _has_low("score", "logit", "attn", "att_", "weights", "dots", "energy", "sim",
-                           "@", "matmul", "bmm", "einsum")
 # MC508's `scores + m` (`+`, `+=`, `torch.add`; scores by `_is_score_name`): m is a tokenizer's
 # int mask (read as `attention_mask`), a float triangle of ones, a 0/1 literal, or a cast to a
 # float dtype (`.float()`, `.to(...)`, `.type_as(...)`, ...) of a mask from a tokenizer, a
@@ -154,7 +147,7 @@ def _zero_one_made(t: _Text) -> bool:
 
 
 def _added_zero_one(t: _Text) -> bool:
-    return ("+" in t.text or _ADD_WORD.search(t.text) is not None) and _scores(t) and (
+    return ("+" in t.text or _ADD_WORD.search(t.text) is not None) and _SCORE_EVIDENCE(t) and (
         _ADDED_01_SOURCE(t)) and (_zero_one_made(t) or _CAST_METHOD.search(t.text) is not None)
 
 

@@ -797,10 +797,6 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
     if name in _KEEPS_DTYPE:
         return _float_dtype_of(base, call) or UNKNOWN
-    if name in {"fill_", "zero_"} or name in {"sum", "mean", "max", "min"}:
-        return UNKNOWN
-    if name == "attention_mask" or name == "get":
-        return UNKNOWN
     return UNKNOWN
 
 
