@@ -1512,7 +1512,8 @@ class Linter:
         held = _held_name(target)
         if held is not None:
             self._mutate(held)
-        if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target):
+        if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target) and (
+                not _similarity_name(target)):
             # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0
             self.report("MC503", target, "triu_indices with offset=0 holds the diagonal: "
                         "writing -inf there masks every query's own key (the first row is "
@@ -1636,6 +1637,13 @@ class Linter:
                 if any(_test_names(i.test) & gated for i in own):
                     return True
         return False
+
+
+def _similarity_name(node: ast.AST) -> bool:
+    """`sim[...]`, `cos_sim[...]`: a similarity matrix, whose diagonal (self-pairs) is often
+    dropped on purpose before a top-k of distinct pairs."""
+    text = (dotted(node.value if isinstance(node, ast.Subscript) else node) or "").lower()
+    return not set(re.split(r"[^a-z]+", text)).isdisjoint(_SIM_TOKENS)
 
 
 def _runs_when_true(branch: ast.If, node: ast.AST, parents: dict[int, ast.AST]) -> bool:

@@ -334,3 +334,14 @@ def test_bfloat16_is_a_half_dtype_for_the_rules_that_are_not_about_range(
         report = lint_file(str(path), frozenset({"MC508", "MC517"}))
         assert [(f.line, f.code) for f in report.findings] == [
             (6, "MC517"), (11, "MC508"), (17, "MC508")], dtype
+
+
+def test_a_similarity_matrix_may_drop_its_diagonal(tmp_path: Path) -> None:
+    source = ("import torch\n\ndef closest_pairs(emb):\n    {m} = emb @ emb.T\n"
+              "    idx = torch.triu_indices({m}.size(0), {m}.size(0))\n"
+              "    {m}[idx[0], idx[1]] = float('-inf')\n    return {m}.flatten().topk(5)\n")
+    path = tmp_path / "pairs.py"
+    path.write_text(source.format(m="sim"))
+    assert lint_file(str(path), frozenset({"MC503"})).findings == []
+    path.write_text(source.format(m="dot"))
+    assert [f.code for f in lint_file(str(path), frozenset({"MC503"})).findings] == ["MC503"]
