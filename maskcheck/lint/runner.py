@@ -1,4 +1,4 @@
-"""Read, pre-filter, parse and lint source files; spread many files over processes."""
+"""Read, parse and lint source files; spread many files over processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from maskcheck.errors import FileProblem
 from maskcheck.lint.checks import Edit, Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
-from maskcheck.lint.prefilter import worth_parsing
 from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
@@ -58,12 +57,9 @@ def parse_module(source: str, path: str) -> ast.Module:
         raise ValueError("could not parse: nested too deeply") from None
 
 
-def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>",
-              prefilter: bool = True) -> list[Hit]:
-    """Unsuppressed rule hits; `prefilter=False` parses and walks every file."""
+def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Hit]:
+    """Unsuppressed rule hits of one whole-file parse and walk."""
     source = normalize_newlines(source)
-    if prefilter and not worth_parsing(source, enabled):
-        return []
     tree = parse_module(source, path)
     try:
         hits = lint_tree(tree, enabled, source, path)

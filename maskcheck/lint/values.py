@@ -180,8 +180,8 @@ def _product_or_power(node: ast.BinOp, lookup: Lookup | None) -> float | None:
     if left is None or right is None:
         return None
     if isinstance(node.op, ast.Mult):
-        # Only `-1 * 1e9`-style spellings, so that a large value always has a large literal
-        # (or `**`) in its text: the file pre-filter relies on it.
+        # Only `-1 * 1e9`-style spellings: a large value has a large literal (or `**`) in its
+        # text, and `-2 * 40000` (a shape or a count) stays unread.
         if max(abs(left), abs(right)) <= FP16_MAX and not (
                 _has_pow(node.left) or _has_pow(node.right)):
             return None
