@@ -1,15 +1,15 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|all] [--corpus NAME ...]
-                                        [--unread FILE] [--timing]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|fresh3|all]
+                                        [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in the
-"dev", "heldout", "fresh" or "fresh2" set); what is missing is downloaded into benchmarks/_work/
-(git-ignored) and checked against its sha256. `maskcheck check --format json` runs with the
-maskcheck that this Python imports (set PYTHONPATH to measure a worktree). Every finding is
-matched against benchmarks/lint_verdicts.json, whose keys are `codebase/path:line:code` and
-whose values start with `real:` or `false:` followed by a one-line reason, written by a person
-who read the code.
+"dev", "heldout", "fresh", "fresh2" or "fresh3" set); what is missing is downloaded into
+benchmarks/_work/ (git-ignored) and checked against its sha256. `maskcheck check --format json`
+runs with the maskcheck that this Python imports (set PYTHONPATH to measure a worktree). Every
+finding is matched against benchmarks/lint_verdicts.json, whose keys are
+`codebase/path:line:code` and whose values start with `real:` or `false:` followed by a one-line
+reason, written by a person who read the code.
 
 Exit status: 0 when every finding has a verdict, 1 when some finding is unread (no precision
 figure may be reported then; `--unread FILE` writes each one with its source lines for reading),
@@ -232,7 +232,8 @@ def print_table(title: str, findings: list[Finding], verdicts: dict[str, str]) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "all"], default="dev")
+    ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "all"],
+                    default="dev")
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
