@@ -961,6 +961,10 @@ class Linter:
                 v = number(big, self.lookup)
                 if v is not None and math.isfinite(v) and v > FP16_MAX and (
                         mentions_mask(other) or self._inverted_mask(other)):
+                    if self.value(other).dtype == "fp32":
+                        # `emb - (1 - m.float()) * 1e9` (RecBole's max pooling): the product
+                        # is float32 and a float16 tensor minus it promotes to float32
+                        break
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left

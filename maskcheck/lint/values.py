@@ -559,6 +559,9 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             left.dtype == "bool" and right.dtype == "bool"):
         return Value(dtype="bool")
     dtype = left.dtype if left.dtype in FLOAT_DTYPES else None
+    if dtype is None and number(node.left, lookup) is not None and isinstance(
+            node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and right.dtype in FLOAT_DTYPES:
+        dtype = right.dtype  # `1 - m` with m float32 is float32 (a Python number adds no dtype)
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 

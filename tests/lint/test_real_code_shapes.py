@@ -345,3 +345,29 @@ def test_a_similarity_matrix_may_drop_its_diagonal(tmp_path: Path) -> None:
     assert lint_file(str(path), frozenset({"MC503"})).findings == []
     path.write_text(source.format(m="dot"))
     assert [f.code for f in lint_file(str(path), frozenset({"MC503"})).findings] == ["MC503"]
+
+
+# RecBole model/abstract_recommender.py:452 (max pooling of a token-sequence field's embeddings).
+RECBOLE_POOLING = '''import torch
+
+
+def embed_token_seq_fields(token_seq_field, embedding_table):
+    mask = token_seq_field != 0
+    mask = {cast}
+    token_seq_embedding = embedding_table(token_seq_field)
+    mask = mask.unsqueeze(2).expand_as(token_seq_embedding)
+    masked = token_seq_embedding - (1 - mask) * 1e9
+    return torch.max(masked, dim=1, keepdim=True)
+'''
+
+
+def test_an_additive_mask_made_float32_cannot_overflow_float16(tmp_path: Path) -> None:
+    # `(1 - mask) * 1e9` is float32 when the mask is, and any float tensor minus it is float32.
+    source = RECBOLE_POOLING.format(cast="mask.float()")
+    assert _codes(tmp_path / "abstract_recommender.py", source) == []
+
+
+def test_the_same_mask_in_half_or_of_unknown_dtype_is_reported(tmp_path: Path) -> None:
+    for cast in ("mask.half()", "mask.to(token_seq_embedding.dtype)", "mask"):
+        source = RECBOLE_POOLING.format(cast=cast)
+        assert _codes(tmp_path / "abstract_recommender.py", source) == ["MC501"], cast
