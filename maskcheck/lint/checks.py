@@ -41,6 +41,7 @@ from maskcheck.lint.values import (
     last_name,
     mentions_mask,
     module_dotted,
+    names_log_sum_exp,
     note_import,
     number,
     one_minus,
@@ -1292,6 +1293,9 @@ class Linter:
         target_dtype = None if target is None else self.value(target).dtype
         if target_dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        if target_dtype is None and isinstance(target, ast.expr) and names_log_sum_exp(
+                _inplace_base(target)):
+            return  # a kernel's log-sum-exp is float32 (sglang's `lse.masked_fill_(e, -1e30)`)
         if target_dtype == "bf16" and self._fits_bf16(value):
             return  # bfloat16 has float32's range: -1e9 is finite there
         text = self._text(value)

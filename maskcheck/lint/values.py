@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ _KEEPS_VALUES = frozenset({
 # sentence-transformers' `scores.max(dim=-1).values.float()` then `.sum(dim=-1)`).
 _KEEPS_DTYPE = frozenset({
     "clamp", "clamp_", "clamp_min", "clamp_max", "clip", "nan_to_num", "nan_to_num_", "abs",
-    "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square", "sum", "mean",
+    "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square", "sum", "mean", "logsumexp",
 })
 # Comparison methods: a bool result.
 _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
@@ -332,6 +333,15 @@ def _names_mask(node: ast.AST) -> bool:
         or (isinstance(n, ast.Name) and "mask" in n.id.lower())
         or (isinstance(n, ast.Attribute) and "mask" in n.attr.lower())
         for n in ast.walk(node))
+
+
+def names_log_sum_exp(node: ast.AST) -> bool:
+    """A softmax log-sum-exp by name (`lse`, `softmax_lse`, `lse_a`, `logsumexp`). Attention
+    kernels keep it in float32 whatever the inputs' dtype (FlashAttention's softmax_lse, SDPA's
+    and FlexAttention's logsumexp, the -inf/-1e30 sentinels of merge-state code), so a fill of
+    an LSE whose dtype the file does not show is a float32 fill."""
+    text = (last_name(node) or "").lower()
+    return "logsumexp" in text or "lse" in re.split(r"[^a-z]+", text)
 
 
 def mentions_mask(node: ast.AST) -> bool:

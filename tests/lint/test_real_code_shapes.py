@@ -371,3 +371,33 @@ def test_the_same_mask_in_half_or_of_unknown_dtype_is_reported(tmp_path: Path) -
     for cast in ("mask.half()", "mask.to(token_seq_embedding.dtype)", "mask"):
         source = RECBOLE_POOLING.format(cast=cast)
         assert _codes(tmp_path / "abstract_recommender.py", source) == ["MC501"], cast
+
+
+# sglang srt/layers/attention/aiter_backend.py:1836: the log-sum-exp of an MLA decode kernel.
+KERNEL_LSE = '''import torch
+
+
+def forward_verify(self, q, layer, empty):
+    out_a, {name} = self._forward_verify_asm_cprr(q, layer)
+    out_a.masked_fill_(empty[:, None, None], 0.0)
+    {name}.masked_fill_(empty[:, None], -1e30)
+    return out_a, {name}
+'''
+
+
+def test_a_kernels_log_sum_exp_is_float32(tmp_path: Path) -> None:
+    for name in ("lse_a", "softmax_lse", "lse", "logsumexp"):
+        source = KERNEL_LSE.format(name=name)
+        assert _codes(tmp_path / "aiter_backend.py", source) == [], name
+
+
+def test_other_kernel_outputs_and_a_half_lse_are_still_reported(tmp_path: Path) -> None:
+    # Only a name that is a log-sum-exp (not `else_`, `pulse`), and only while the file does
+    # not show its dtype: torch.logsumexp keeps its input's float16.
+    for name in ("scores_a", "pulse", "attn_weights"):
+        source = KERNEL_LSE.format(name=name)
+        assert _codes(tmp_path / "aiter_backend.py", source) == ["MC501"], name
+    half = ("import torch\n\n\ndef merge(scores, empty):\n"
+            "    lse = torch.logsumexp(scores.half(), dim=-1)\n"
+            "    return lse.masked_fill(empty, -1e30)\n")
+    assert _codes(tmp_path / "merge.py", half) == ["MC501"]
