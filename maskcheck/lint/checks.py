@@ -1515,7 +1515,11 @@ class Linter:
             self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
                         "inside forward: the stored mask changes on every call; build a new "
                         "tensor instead")
-        if self._is_large_negative(value) and mentions_mask(target):
+        if self._is_large_negative(value) and mentions_mask(target) and (
+                _is_score_name(target.value) or self.value(target.value).dtype in HALF_DTYPES):
+            # Only scores: an indexed write of -1e9 into float16 gives -inf without raising
+            # (torch 2.13), which hurts a softmax row, not sentence-transformers' max pooling
+            # (`token_embeddings[mask_expanded == 0] = -1e9`, then torch.max over tokens).
             self._large_negative(value, "an indexed assignment", target.value)
         held = _held_name(target)
         if held is not None:

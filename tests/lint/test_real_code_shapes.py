@@ -401,3 +401,27 @@ def test_other_kernel_outputs_and_a_half_lse_are_still_reported(tmp_path: Path) 
             "    lse = torch.logsumexp(scores.half(), dim=-1)\n"
             "    return lse.masked_fill(empty, -1e30)\n")
     assert _codes(tmp_path / "merge.py", half) == ["MC501"]
+
+
+# sentence-transformers (main) sentence_transformers/models/Pooling.py:163: max pooling.
+MAX_POOLING = '''import torch
+
+
+def pool(token_embeddings, attention_mask):
+    input_mask_expanded = (
+        attention_mask.unsqueeze(-1).expand(token_embeddings.size()).to(token_embeddings.dtype)
+    )
+    {target}[input_mask_expanded == 0] = -1e9
+    return torch.max({target}, 1)[0]
+'''
+
+
+def test_an_indexed_write_into_embeddings_is_not_a_score_mask(tmp_path: Path) -> None:
+    # In float16 the write gives -inf without raising (torch 2.13); a max over tokens is right.
+    source = MAX_POOLING.format(target="token_embeddings")
+    assert _codes(tmp_path / "Pooling.py", source) == []
+
+
+def test_an_indexed_write_into_scores_is_reported(tmp_path: Path) -> None:
+    source = MAX_POOLING.format(target="attn_scores")
+    assert _codes(tmp_path / "Pooling.py", source) == ["MC501"]
