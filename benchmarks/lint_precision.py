@@ -1,14 +1,16 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|fresh3|all]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|fresh3|fresh4|all]
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in the
-"dev", "heldout", "fresh", "fresh2" or "fresh3" set); what is missing is downloaded into
-benchmarks/_work/ (git-ignored) and checked against its sha256. `maskcheck check --format json`
-runs with the maskcheck that this Python imports (set PYTHONPATH to measure a worktree). Every
-finding is matched against benchmarks/lint_verdicts.json, whose keys are
-`codebase/path:line:code` and whose values start with `real:` or `false:` followed by a one-line
+"dev", "heldout", "fresh", "fresh2", "fresh3" or "fresh4" set); what is missing is downloaded into
+benchmarks/_work/ (git-ignored) and checked against its sha256. A GitHub code base is pinned by
+its repository and commit instead: its archive comes from codeload.github.com for that commit
+(the bytes of GitHub's archives are not stable, so no sha256; the commit names the tree).
+`maskcheck check --format json` runs with the maskcheck that this Python imports (set PYTHONPATH
+to measure a worktree). Every finding is matched against benchmarks/lint_verdicts.json, whose keys
+are `codebase/path:line:code` and whose values start with `real:` or `false:` followed by a one-line
 reason, written by a person who read the code.
 
 Exit status: 0 when every finding has a verdict, 1 when some finding is unread (no precision
@@ -53,9 +55,22 @@ class Corpus:
     name: str
     version: str
     set: str
-    file: str
-    sha256: str
-    url: str
+    file: str = ""
+    sha256: str = ""  # empty for a GitHub commit
+    url: str = ""
+    repo: str = ""  # owner/name, for a GitHub commit
+    commit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.repo:
+            if len(self.commit) != 40 or self.file or self.sha256 or self.url:
+                raise SystemExit(f"lint_corpora.toml: {self.name}: a GitHub code base takes "
+                                 "repo and a full 40-digit commit, no file/sha256/url")
+            object.__setattr__(self, "file", f"{self.name}-{self.commit}.tar.gz")
+            object.__setattr__(self, "url", f"https://codeload.github.com/{self.repo}/tar.gz/"
+                                            f"{self.commit}")
+        elif not (self.file and self.sha256 and self.url):
+            raise SystemExit(f"lint_corpora.toml: {self.name}: file, sha256 and url are needed")
 
     @property
     def root(self) -> Path:
@@ -90,7 +105,8 @@ def load_verdicts() -> dict[str, str]:
 
 def download(corpus: Corpus) -> Path:
     archive = WORK / "downloads" / corpus.file
-    if archive.exists() and hashlib.sha256(archive.read_bytes()).hexdigest() == corpus.sha256:
+    if archive.exists() and (not corpus.sha256 or
+                             hashlib.sha256(archive.read_bytes()).hexdigest() == corpus.sha256):
         return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -102,7 +118,7 @@ def download(corpus: Corpus) -> Path:
                          f"({reason}); are you offline? Put {corpus.file} in "
                          f"{archive.parent}") from None
     digest = hashlib.sha256(data).hexdigest()
-    if digest != corpus.sha256:
+    if corpus.sha256 and digest != corpus.sha256:
         raise SystemExit(f"lint_precision: {corpus.file}: sha256 {digest} is not the pinned "
                          f"{corpus.sha256}")
     archive.write_bytes(data)
@@ -232,8 +248,8 @@ def print_table(title: str, findings: list[Finding], verdicts: dict[str, str]) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "all"],
-                    default="dev")
+    ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4",
+                                       "all"], default="dev")
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
