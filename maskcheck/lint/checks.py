@@ -1634,6 +1634,8 @@ class Linter:
             self._parent_of = {id(child): node for node in ast.walk(self._tree)
                                for child in ast.iter_child_nodes(node)}
         parents = self._parent_of
+        if self._cache_asserted_off(call, name, parents):
+            return True
         call_ifs = _enclosing_ifs(call, parents)
         # only the `if`s where the call runs when their test is false (`else:`, `if not x:`)
         off = [i for i in call_ifs if not _runs_when_true(i, call, parents)]
@@ -1649,6 +1651,62 @@ class Linter:
                 if any(_test_names(i.test) & gated for i in own):
                     return True
         return False
+
+
+    @staticmethod
+    def _cache_asserted_off(call: ast.Call, name: str, parents: dict[int, ast.AST]) -> bool:
+        """Whether every `if` that assigns `name` in the call's function needs a name that an
+        earlier statement of that function asserts off (`assert past_key_value is None`,
+        `assert not use_cache`): the cache concatenation cannot run before the call
+        (InternVL's flash-attention patch of LlamaAttention; fresh4)."""
+        function = _enclosing_function(call, parents)
+        body = getattr(function, "body", None)
+        if not isinstance(body, list):
+            return False
+        off: set[str] = set()
+        for stmt in body:
+            if stmt.lineno >= call.lineno:
+                break
+            if isinstance(stmt, ast.Assert):
+                off |= _asserted_off(stmt.test)
+        if not off:
+            return False
+        branches = [[i for i in _enclosing_ifs(node, parents) if _runs_when_true(i, node, parents)]
+                    for node in ast.walk(function)
+                    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                    and name in _stored_dotted(node)]
+        guarded = [b for b in branches if b]
+        return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
+                                     for b in guarded)
+
+
+def _asserted_off(test: ast.expr) -> set[str]:
+    """The names an assert holds None or false: `x is None`, `not x`, and `and` of them."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return set().union(*(_asserted_off(v) for v in test.values))
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        name = dotted(test.operand)
+        return {name} if name is not None else set()
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+            and is_none(test.comparators[0])):
+        name = dotted(test.left)
+        return {name} if name is not None else set()
+    return set()
+
+
+def _needed_names(test: ast.expr) -> set[str]:
+    """The names an `if` test needs set (not None, true) to read true: `x`, `x is not None`,
+    and `and` of them; an `or` needs none of its sides alone."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return set().union(*(_needed_names(v) for v in test.values))
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        name = dotted(test)
+        return {name} if name is not None else set()
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.IsNot) and is_none(test.comparators[0])):
+        name = dotted(test.left)
+        return {name} if name is not None else set()
+    return set()
 
 
 def _similarity_name(node: ast.AST) -> bool:

@@ -425,3 +425,52 @@ def test_an_indexed_write_into_embeddings_is_not_a_score_mask(tmp_path: Path) ->
 def test_an_indexed_write_into_scores_is_reported(tmp_path: Path) -> None:
     source = MAX_POOLING.format(target="attn_scores")
     assert _codes(tmp_path / "Pooling.py", source) == ["MC501"]
+
+
+# InternVL internvl_chat/internvl/patch/llama_flash_attn_monkey_patch.py:168 (fresh4): the
+# patched forward asserts the cache off before the (dead) concatenation.
+ASSERTED_OFF = '''import torch
+import torch.nn.functional as F
+
+
+def forward_2(self, hidden_states, past_key_value=None, use_cache=False):
+    bsz, q_len, _ = hidden_states.size()
+    query_states = self.q_proj(hidden_states).view(bsz, q_len, 8, 64).transpose(1, 2)
+    key_states = self.k_proj(hidden_states).view(bsz, q_len, 8, 64).transpose(1, 2)
+    value_states = self.v_proj(hidden_states).view(bsz, q_len, 8, 64).transpose(1, 2)
+{asserts}
+    if {test}:
+        key_states = torch.cat([past_key_value[0], key_states], dim=2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=2)
+
+    past_key_value = (key_states, value_states) if use_cache else None
+    return F.scaled_dot_product_attention(
+        query_states, key_states, value_states, dropout_p=0.0, is_causal=True
+    )
+'''
+
+
+def test_a_cache_asserted_off_before_the_concatenation_is_not_reported(tmp_path: Path) -> None:
+    for asserts, test in (
+            ("    assert not use_cache\n    assert past_key_value is None",
+             "past_key_value is not None"),
+            ("    assert past_key_value is None and not use_cache", "past_key_value is not None"),
+            ("    assert not use_cache", "use_cache and past_key_value is not None")):
+        source = ASSERTED_OFF.format(asserts=asserts, test=test)
+        assert _codes(tmp_path / "llama_flash_attn_monkey_patch.py", source) == [], asserts
+
+
+def test_a_cache_not_asserted_off_is_still_reported(tmp_path: Path) -> None:
+    # Another name asserted, an `or` in the branch test, or no assert: the cat can run.
+    for asserts, test in (
+            ("    assert not output_attentions", "past_key_value is not None"),
+            ("    assert not use_cache", "use_cache or past_key_value is not None"),
+            ("    pass", "past_key_value is not None")):
+        source = ASSERTED_OFF.format(asserts=asserts, test=test)
+        assert _codes(tmp_path / "llama_flash_attn_monkey_patch.py", source) == ["MC510"], (
+            asserts, test)
+    # an assert after the call says nothing of the call
+    late = ASSERTED_OFF.format(asserts="    pass", test="past_key_value is not None").replace(
+        "    return F.", "    out = F.") + "    assert past_key_value is None\n    return out\n"
+    assert _codes(tmp_path / "llama_flash_attn_monkey_patch.py", late) == ["MC510"]
+
