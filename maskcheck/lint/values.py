@@ -470,11 +470,23 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     if not elementwise and _python_scalar(left):
         return UNKNOWN  # `len(x) > 0`, `x.size(-1) > 4`, `x.shape[0] == 1`: a Python bool
     lv = describe(left, lookup)
-    tensorish = elementwise or bool(lv) or isinstance(left, (ast.Call, ast.Subscript)) or (
+    tensorish = elementwise or bool(lv) or (
+        isinstance(left, (ast.Call, ast.Subscript)) and not _record_field(left)) or (
         mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))
     if not tensorish:
         return UNKNOWN
     return _compared(lv, op, right, left)
+
+
+def _record_field(node: ast.AST) -> bool:
+    """`item['answer']`: a field of a dict or JSON record whose key names no mask. No tensor is
+    indexed by a string, so the subscript alone says nothing of a tensor (InternVL's
+    `cnt = item['answer'] == item['gt_answers']` is a Python bool); `batch['attention_mask']`
+    and `batch['input_ids']` still read as tensors by their keys."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)):
+        return False
+    return not mentions_mask(ast.Name(node.slice.value, ast.Load()))
 
 
 # Calls that give a Python number or bool, never a tensor.

@@ -474,3 +474,39 @@ def test_a_cache_not_asserted_off_is_still_reported(tmp_path: Path) -> None:
         "    return F.", "    out = F.") + "    assert past_key_value is None\n    return out\n"
     assert _codes(tmp_path / "llama_flash_attn_monkey_patch.py", late) == ["MC510"]
 
+
+# InternVL internvl_chat/eval/domain_specific/mme_rw/evaluate.py:160 (fresh4): two fields of a
+# JSON record compared, a Python bool.
+RECORD_FIELDS = '''import torch
+
+
+def evaluate(outputs):
+    results = {{}}
+    for data_item in outputs:
+        cnt = {compare}
+        category = data_item['category']
+        if category not in results:
+            results[category] = {{'true': cnt, 'false': 1 - cnt}}
+        else:
+            results[category]['true'] += cnt
+            results[category]['false'] += 1 - cnt
+    return results
+'''
+
+
+def test_a_comparison_of_record_fields_is_a_python_bool(tmp_path: Path) -> None:
+    for compare in ("data_item['answer'] == data_item['gt_answers']",
+                    "data_item['answer'] == 'A'"):
+        source = RECORD_FIELDS.format(compare=compare)
+        assert _codes(tmp_path / "evaluate.py", source) == [], compare
+
+
+def test_a_comparison_of_tensors_from_a_batch_dict_is_still_a_bool_tensor(
+        tmp_path: Path) -> None:
+    # The field's name says tensor (ids, mask), or the subscript is a tensor slice.
+    for compare in ("data_item['input_ids'] == pad_token_id",
+                    "data_item['attention_mask'] == 0",
+                    "data_item[:, 0] == 0"):
+        source = RECORD_FIELDS.format(compare=compare).replace(
+            "def evaluate(outputs):", "def evaluate(outputs, pad_token_id=0):")
+        assert _codes(tmp_path / "evaluate.py", source) == ["MC512", "MC512"], compare
