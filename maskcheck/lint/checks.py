@@ -983,7 +983,8 @@ class Linter:
         triangle is a keep-mask too, and an upper one keeps the future."""
         left, right = self.value(node.left), self.value(node.right)
         for keep, tri, tri_node in ((left, right, node.right), (right, left, node.left)):
-            if (keep.pad_keep or keep.keep_named or (keep.hf_keep and not keep.hf_keep_inverted)) and (
+            keeps = keep.pad_keep or keep.keep_mask or (keep.hf_keep and not keep.hf_keep_inverted)
+            if keeps and (
                     tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
                 self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
                             "but it is combined with a keep-mask (True = real token): every "
@@ -1204,7 +1205,7 @@ class Linter:
         facts = self.value(node)
         if self._is_mutated(node):
             return False
-        if facts.keep_named:  # `pad_keep[:, None, :]`: bool or 0/1 by its name
+        if facts.keep_mask:  # `pad_keep[:, None, :]`: bool or 0/1 by its name
             return True
         if facts.dtype == "bool":  # a bool tensor held in a name, or one with a mask's provenance
             return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
@@ -1314,8 +1315,8 @@ class Linter:
                         "attention_mask "
                         "(1 = real token): as the masked_fill condition it masks the real "
                         "tokens; fill where it == 0")
-        elif (cond.pad_keep or cond.keep_named) and not cond.hf_keep_inverted:
-            why = "a test for real tokens" if cond.pad_keep else "a keep-mask by its name"
+        elif (cond.pad_keep or cond.keep_mask) and not cond.hf_keep_inverted:
+            why = "a test for real tokens" if cond.pad_keep else "a keep-mask"
             self.report("MC519", condition, f"{self._text(condition)} is {why} (True = may "
                         "attend): as the masked_fill condition it masks the positions it "
                         "keeps; fill where it is False (`~m`, `m == 0`)")
@@ -1466,7 +1467,7 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         facts = self.value(node)
-        if (facts.hf_keep or facts.pad_keep or facts.keep_named) and not facts.hf_keep_inverted:
+        if (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted:
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
                         f"but {where} means True = padding: invert it (`== 0`)")
 

@@ -25,6 +25,7 @@ _FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
 _KEEPS_VALUES = frozenset({
     "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
+    "repeat_interleave",
 })
 # Functions that keep a float tensor's dtype (not its mask facts): an upcast survives them
 # (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`,
@@ -84,10 +85,11 @@ class Value:
     # Derived from a padding mask whose provenance is proven: a tokenizer's attention_mask or a
     # `ids != pad_id` test (survives the cast that drops hf_keep).
     padding01: bool = False
-    # A keep-mask by its own name (`keep`, `pad_keep`, `valid_mask`: True / 1 = may attend),
-    # whatever its dtype: the author's word for which way it points. Survives indexing, reshapes
-    # and casts; an inversion or a comparison makes a new value without it.
-    keep_named: bool = False
+    # A keep-mask (True / 1 = may attend) whatever its dtype, by its own name (`keep`,
+    # `pad_keep`, `valid_mask`: the author's word for which way it points) or by how it was made
+    # (`F.unfold` of ones). Survives indexing, reshapes and casts; an inversion or a comparison
+    # makes a new value without it.
+    keep_mask: bool = False
     # A function of this file: what it does with its parameters, as (position, role) pairs
     # (`Linter._note_role`): checked at each call with the arguments the call passes.
     param_roles: tuple[tuple[int, str], ...] = ()
@@ -403,13 +405,13 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
 def _named(name: str, value: Value) -> Value:
     """A name's value with what its name says: a keep-mask by name (`pad_keep`), unless what
     it holds says otherwise (an additive mask, a number, a padding test, a module)."""
-    if not declares_keep(name) or value.keep_named:
+    if not declares_keep(name) or value.keep_mask:
         return value
     if value.additive or value.finfo_min or value.hf_keep_inverted or value.number is not None or (
             value.flag is not None or value.api or value.mha or value.tokens or value.cached
             or value.returns_bool or value.grad):
         return value
-    return replace(value, keep_named=True)
+    return replace(value, keep_mask=True)
 
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
@@ -440,12 +442,29 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(dtype="int", hf_keep=True)
     if _cache_prefix(node):
         return Value(cached=True)
+    if base in (UNKNOWN, TENSOR) and _extends_hf_mask(node):
+        return Value(hf_keep=True)
     if not base:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _extends_hf_mask(node: ast.Subscript) -> bool:
+    """`attention_mask[:, None, None, :]`: Hugging Face's extended-mask idiom (BERT's
+    get_extended_attention_mask) on a 2-D `attention_mask` whose value is not known here: the
+    (batch, keys) mask of 1 = real token (conventions.md: a 2-D additive mask is not what HF
+    passes). Every such expansion across the precision corpora reads it that way."""
+    if not (isinstance(node.value, ast.Name) and node.value.id == "attention_mask"):
+        return False
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+    return len(parts) == 4 and [type(p) for p in parts] == [
+        ast.Slice, ast.Constant, ast.Constant, ast.Slice] and all(
+        is_none(p) for p in parts[1:3]) and all(
+        p.lower is None and p.upper is None and p.step is None
+        for p in (parts[0], parts[3]) if isinstance(p, ast.Slice))
 
 
 def _cache_prefix(node: ast.Subscript) -> bool:
@@ -546,11 +565,11 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
             out = replace(out, tri=_COMPLEMENT[lv.tri])
-        if lv.hf_keep or lv.keep_named:
+        if lv.hf_keep or lv.keep_mask:
             out = replace(out, hf_keep_inverted=True)
     elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)
           or (isinstance(op, ast.Gt) and c == 0)):
-        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep, keep_named=lv.keep_named)
+        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep, keep_mask=lv.keep_mask)
     return out
 
 
@@ -560,7 +579,7 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
         if base.dtype != "bool":
             return UNKNOWN
         return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
-                     hf_keep_inverted=base.hf_keep or base.keep_named,
+                     hf_keep_inverted=base.hf_keep or base.keep_mask,
                      hf_keep=base.hf_keep_inverted)
     v = number(node, lookup)
     if v is not None:
@@ -677,6 +696,10 @@ def _describe_factory(
                                    for p in parts[:-1]):
             return Value(cached=True)
         return UNKNOWN
+    if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
+        # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
+        # covers the zero padding: a keep-mask of 0s and 1s (halonet-pytorch's halo mask)
+        return Value(dtype="fp32", zero_one=True, keep_mask=True)
     if name == "triu_indices":
         offset = argument(call, 2, "offset")
         return Value(diag_indices=offset is None or is_zero(offset))
@@ -882,7 +905,7 @@ def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
         return replace(cast, float01=False)
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
     zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding
-                or base.keep_named) and not base.all_ones
+                or base.keep_mask) and not base.all_ones
     return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 

@@ -372,3 +372,64 @@ def test_a_helper_that_fills_where_its_mask_is_true_wants_the_upper_triangle(
     lower = source.replace("torch.triu(torch.ones((1, n, n)), diagonal=1).type(torch.int)",
                            "torch.ones(n, n, dtype=torch.bool).tril()")
     assert _found(tmp_path / "b.py", lower) == [(20, "MC510"), (25, "MC521")]
+
+
+# huggingface/transformers#32195: the 2-D attention_mask expanded the way BERT's
+# get_extended_attention_mask does, cast to the scores' dtype and added without `(1 - m) * min`.
+EXTENDED = '''import torch
+import torch.nn as nn
+
+
+class EagerAttention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor):
+        scores = q @ k.transpose(-1, -2)
+        ext = attention_mask[:, None, None, :].to(scores.dtype)
+        scores = scores + ext
+        return scores.softmax(-1)
+'''
+
+
+def test_the_extended_hf_mask_added_without_inversion_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", EXTENDED) == [(9, "MC508")]
+
+
+def test_the_extended_hf_mask_turned_additive_first_is_silent(tmp_path: Path) -> None:
+    source = EXTENDED.replace(
+        "        scores = scores + ext\n",
+        "        ext = (1.0 - ext) * torch.finfo(scores.dtype).min\n"
+        "        scores = scores + ext\n")
+    assert _found(tmp_path / "a.py", source) == []
+
+
+def test_another_expansion_of_an_unknown_mask_is_not_read_as_hf(tmp_path: Path) -> None:
+    # (N, 1, S, 1) or a mask of another name says nothing about HF's convention
+    other_axes = EXTENDED.replace("[:, None, None, :]", "[:, None, :, None]")
+    other_name = EXTENDED.replace("attention_mask", "attn_bias")
+    assert _found(tmp_path / "a.py", other_axes) == []
+    assert _found(tmp_path / "b.py", other_name) == []
+
+
+# lucidrains/halonet-pytorch#4: the unfolded ones-mask is 1 at real pixels (a keep-mask), and
+# filling where it is True masks the image instead of the padding.
+UNFOLDED = '''import torch
+import torch.nn.functional as F
+
+
+def halo_scores(sim: torch.Tensor, h: int, w: int, block: int, halo: int, heads: int):
+    mask = torch.ones(1, 1, h, w, device=sim.device)
+    mask = F.unfold(mask, kernel_size=block + (halo * 2), stride=block, padding=halo)
+    mask = mask.transpose(1, 2).repeat_interleave(heads, dim=0)
+    mask = mask.bool()
+    max_neg_value = -torch.finfo(sim.dtype).max
+    sim.masked_fill_(mask, max_neg_value)
+    return sim.softmax(dim=-1)
+'''
+
+
+def test_an_unfolded_ones_mask_as_the_fill_condition_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", UNFOLDED) == [(11, "MC519")]
+
+
+def test_an_unfolded_ones_mask_inverted_before_the_fill_is_silent(tmp_path: Path) -> None:
+    source = UNFOLDED.replace("mask = mask.bool()", "mask = ~mask.bool()")
+    assert _found(tmp_path / "a.py", source) == []
