@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
+from maskcheck.conventions import name_hint
 from maskcheck.lint.values import (
     BF16_MAX,
     FLOAT_DTYPES,
@@ -148,10 +149,23 @@ class _Scope:
     softmax_inputs: frozenset[str] | None = None
     # Names declared `nonlocal` / `global` here: a binding of them lands in the outer scope.
     outer_names: dict[str, str] = field(default_factory=dict)  # name -> "nonlocal" | "global"
-    # Function scopes: what the body does with a parameter it has not rebound (position after
-    # self -> roles): "key" / "causal" (SDPA's key / is_causal), "keep" (a mask kept where
-    # non-zero: SDPA's bool attn_mask, `masked_fill(m == 0, ...)`), "drop" (the fill condition).
-    param_roles: dict[int, set[str]] = field(default_factory=dict)
+    # Function scopes: what the body does with a parameter it has not rebound, as `_Role`s.
+    param_roles: dict[tuple[int, str], _Role] = field(default_factory=dict)
+    # Names bound to a parameter as it is or inverted (`pad = attention_mask == 0`): name ->
+    # (the parameter, whether inverted).
+    derived: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+
+class _Role(NamedTuple):
+    """What a function does with a parameter: `role` is "key" / "causal" (SDPA's key and
+    is_causal), "keep-sdpa" / "keep-fill" (a mask read as True = keep: SDPA's bool attn_mask,
+    `masked_fill(m == 0, ...)`), "drop-sdpa" / "drop-fill" (read as True = masked: inverted into
+    SDPA, or the fill condition itself). `use` is the expression where the body does it."""
+
+    position: int  # among the arguments a caller passes (after self)
+    role: str
+    use: ast.AST
+    param: str
 
 
 class _Param(NamedTuple):
@@ -420,6 +434,8 @@ class Linter:
         self._joins: dict[int, dict[str, ast.Assign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
+        # Classes of this file -> what their forward does with its parameters (`_Role`s).
+        self._class_roles: dict[str, tuple[Any, ...]] = {}
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
         # Branches that end in return/raise/...: the values saved before them (see `_enter_if`).
@@ -656,6 +672,9 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
+                elif _annotation_name(arg.annotation) in self._class_roles:  # `model: MyModel`
+                    scope.values[arg.arg] = Value(param_roles=self._class_roles[
+                        _annotation_name(arg.annotation) or ""])
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -691,13 +710,15 @@ class Linter:
         if done.kind == "function" and done.name and done.outer_names:
             # a closure that rebinds its caller's names: calling it changes them
             self._rebinds[done.name] = frozenset(done.outer_names)
+        roles = tuple(done.param_roles.values())
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
             # calls below are bool too. What it does with its parameters is checked at its calls.
             returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
-            roles = tuple(sorted((i, r) for i, rs in done.param_roles.items() for r in rs))
             if returns_bool or roles:
                 self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+        elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
+            self._class_roles[self.scope.name] = roles
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -813,8 +834,8 @@ class Linter:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
-        if isinstance(call.func, ast.Name):
-            roles = self.lookup(call.func.id).param_roles
+        if isinstance(call.func, (ast.Name, ast.Attribute)):
+            roles = self.value(call.func).param_roles
             if roles:
                 self._helper_call(call, roles)
         if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
@@ -831,6 +852,10 @@ class Linter:
 
     def _assign(self, node: ast.Assign) -> None:
         facts = self.value(node.value)
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                value.func.id in self._class_roles):  # `model = MyModel(...)`
+            facts = replace(facts, param_roles=self._class_roles[value.func.id])
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -891,6 +916,9 @@ class Linter:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         if facts:
             scope.values[name] = facts
+        source = self._parameter_behind(value)
+        if source is not None and scope is self.scope:
+            scope.derived[name] = source  # `pad = attention_mask == 0`
         if isinstance(value, ast.BinOp):
             product = self._product_of(value)
             if product is not None:
@@ -903,6 +931,7 @@ class Linter:
         scope.values.pop(name, None)
         scope.mutated.discard(name)
         scope.zeroed.pop(name, None)
+        scope.derived.pop(name, None)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -1304,11 +1333,7 @@ class Linter:
                         "without overflow); use torch.finfo(x.dtype).min")
         if condition is None or value is None or not self._is_fill_value(value):
             return
-        inverted = _inverted_operand(condition)
-        if inverted is not None:
-            self._note_role(inverted, "keep")  # `masked_fill(mask == 0, -inf)`: kept where 1
-        else:
-            self._note_role(condition, "drop")
+        self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
         cond = self.value(condition)
         if cond.hf_keep and not cond.hf_keep_inverted and not cond.pad_keep:
             self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
@@ -1696,7 +1721,7 @@ class Linter:
         mask = argument(call, 3, "attn_mask")
         self._note_role(argument(call, 1, "key"), "key", follow=False)
         self._note_role(causal, "causal", follow=False)
-        self._note_role(mask, "keep")
+        self._note_role(mask, "keep-sdpa")
         causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
         if causal_on and mask is not None and not is_none(mask):
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
@@ -1722,19 +1747,49 @@ class Linter:
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
 
-    def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True) -> None:
-        """Record what this function does with one of its parameters (see `_Scope.param_roles`);
-        `follow`: through indexing, reshapes and casts to bool (`mask[:, None].bool()`)."""
+    def _parameter_behind(self, node: ast.AST, *, follow: bool = True) -> tuple[str, bool] | None:
+        """The parameter of this function (not rebound) that `node` is, through indexing,
+        reshapes, casts to bool, inversions (`~m`, `m == 0`) and names bound that way: the
+        parameter and whether it was inverted an odd number of times."""
         scope = self.scope
-        if node is None or scope.kind != "function" or not scope.name or scope.method:
+        if scope.kind != "function" or not scope.name:
+            return None
+        flipped = False
+        while follow:
+            inner = _inverted_operand(node)
+            if inner is not None:
+                node, flipped = inner, not flipped
+            elif isinstance(node, ast.Subscript):
+                node = node.value
+            elif isinstance(node, ast.Call) and call_name(node) in _ROLE_KEEPING and (
+                    receiver(node) is not None):
+                node = receiver(node) or node
+            else:
+                break
+        if not isinstance(node, ast.Name):
+            return None
+        if node.id in scope.derived:
+            param, inverted = scope.derived[node.id]
+            return param, inverted != flipped
+        if node.id in scope.params and node.id not in scope.assigned:
+            return node.id, flipped
+        return None
+
+    def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True) -> None:
+        """Record what this function does with one of its parameters (see `_Role`). Only for
+        functions called by their name and for forward / __call__ (called on an instance)."""
+        scope = self.scope
+        if node is None or (scope.method and scope.name not in {"forward", "__call__"}):
             return
-        while follow and (isinstance(node, ast.Subscript) or (
-                isinstance(node, ast.Call) and call_name(node) in _ROLE_KEEPING
-                and receiver(node) is not None)):
-            node = node.value if isinstance(node, ast.Subscript) else receiver(node) or node
-        if isinstance(node, ast.Name) and node.id in scope.params and (
-                node.id not in scope.assigned):
-            scope.param_roles.setdefault(scope.params.index(node.id), set()).add(role)
+        found = self._parameter_behind(node, follow=follow)
+        if found is None:
+            return
+        param, inverted = found
+        if inverted:
+            role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
+        position = scope.params.index(param) - (1 if scope.method else 0)
+        if position >= 0:
+            scope.param_roles.setdefault((position, role), _Role(position, role, node, param))
 
     def _helper_call(self, call: ast.Call, roles: tuple[tuple[int, str], ...]) -> None:
         """A call of a function of this file, checked against what the function does with its
@@ -1745,9 +1800,10 @@ class Linter:
             return
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
-        for index, role in roles:
-            if index < len(call.args):
-                by_role.setdefault(role, []).append(call.args[index])
+        for entry in roles:
+            if entry.position < len(call.args):
+                by_role.setdefault(entry.role.split("-")[0], []).append(call.args[entry.position])
+        self._keep_mask_read_as_drop(call, roles)
         keys, flags = by_role.get("key", []), by_role.get("causal", [])
         if any(self.value(k).cached for k in keys) and any(
                 is_true(f) or self.value(f).flag is True for f in flags):
@@ -1772,6 +1828,34 @@ class Linter:
                             f"diagonal, but {name}() fills where its mask is True: it masks "
                             "the past, not the future; use triu(..., diagonal=1)")
                 return
+
+    def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[Any, ...]) -> None:
+        """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
+        the parameter as True = masked. Reported in the function when the parameter's own name
+        says keep (`attention_mask`: the function reads its input against the convention of its
+        name), else at the call (the caller passes the wrong mask)."""
+        name = call_name(call) or "the function"
+        for entry in roles:
+            if not entry.role.startswith("drop") or entry.position >= len(call.args):
+                continue
+            arg = call.args[entry.position]
+            facts = self.value(arg)
+            if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
+                continue
+            code = "MC511" if entry.role == "drop-sdpa" else "MC519"
+            reads = ("inverts it for scaled_dot_product_attention (True = may attend)"
+                     if code == "MC511" else "fills where it is True")
+            hint = name_hint(entry.param)
+            if hint is not None and hint.bool_convention == "bool-true-keep":
+                self.report(code, entry.use, f"{entry.param} is named as a keep-mask (1 = real "
+                            f"token) and line {call.lineno} passes one ({self._text(arg)}), but "
+                            f"{name}() {reads}: it attends to the padding only; read it as a "
+                            "keep-mask")
+            else:
+                self.report(code, arg, f"{self._text(arg)} is a keep-mask (1 = real token), "
+                            f"but {name}() {reads} for {entry.param}: pass the padding mask "
+                            "(`== 0`)")
+            return
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
         """Whether the call sits under an `if` whose test shares a name with the test that

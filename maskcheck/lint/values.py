@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from typing import Any
 
 from maskcheck.conventions import declares_keep
 
@@ -90,9 +91,9 @@ class Value:
     # (`F.unfold` of ones). Survives indexing, reshapes and casts; an inversion or a comparison
     # makes a new value without it.
     keep_mask: bool = False
-    # A function of this file: what it does with its parameters, as (position, role) pairs
-    # (`Linter._note_role`): checked at each call with the arguments the call passes.
-    param_roles: tuple[tuple[int, str], ...] = ()
+    # A function of this file, or an instance of a class of it: what it (its forward) does
+    # with its parameters (`checks._Role`), checked at each call with the arguments passed.
+    param_roles: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return self != UNKNOWN

@@ -433,3 +433,59 @@ def test_an_unfolded_ones_mask_as_the_fill_condition_is_found(tmp_path: Path) ->
 def test_an_unfolded_ones_mask_inverted_before_the_fill_is_silent(tmp_path: Path) -> None:
     source = UNFOLDED.replace("mask = mask.bool()", "mask = ~mask.bool()")
     assert _found(tmp_path / "a.py", source) == []
+
+
+# InseeFrLab/torchTextClassifiers PR #92: forward inverts its `attention_mask` before SDPA,
+# and the file's own caller hands it the tokenizer's mask (1 = real token).
+LABEL_ATTENTION = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LabelAttention(nn.Module):
+    def forward(self, q, k, v, attention_mask):
+        pad = attention_mask == 0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])
+
+
+def classify(model: LabelAttention, tokenizer, texts, q, k, v):
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    return model(q, k, v, batch["attention_mask"])
+'''
+
+
+def test_forward_reading_its_attention_mask_inverted_is_found_where_it_does(
+        tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", LABEL_ATTENTION) == [(9, "MC511")]
+
+
+def test_an_instance_made_in_the_file_is_read_the_same_way(tmp_path: Path) -> None:
+    source = LABEL_ATTENTION.replace("def classify(model: LabelAttention, ",
+                                     "def classify(").replace(
+        "    batch = tokenizer", "    model = LabelAttention()\n    batch = tokenizer")
+    assert _found(tmp_path / "a.py", source) == [(9, "MC511")]
+
+
+def test_forward_given_the_padding_mask_it_expects_is_silent(tmp_path: Path) -> None:
+    fixed = LABEL_ATTENTION.replace("pad = attention_mask == 0", "pad = attention_mask.bool()")
+    padding = LABEL_ATTENTION.replace('batch["attention_mask"])', 'batch["attention_mask"] == 0)')
+    no_caller = LABEL_ATTENTION.split("\n\ndef classify")[0] + "\n"
+    assert _found(tmp_path / "a.py", fixed) == []
+    assert _found(tmp_path / "b.py", padding) == []
+    assert _found(tmp_path / "c.py", no_caller) == []
+
+
+def test_a_keep_mask_passed_as_a_helpers_fill_condition_is_found_at_the_call(
+        tmp_path: Path) -> None:
+    source = '''import torch
+
+
+def fill(scores, pad):
+    return scores.masked_fill(pad, float("-inf")).softmax(-1)
+
+
+def run(scores, input_ids):
+    return fill(scores, input_ids != 0)
+'''
+    assert _found(tmp_path / "a.py", source) == [(9, "MC519")]
+    assert _found(tmp_path / "b.py", source.replace("input_ids != 0", "input_ids == 0")) == []
