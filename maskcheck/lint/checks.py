@@ -770,6 +770,11 @@ class Linter:
             self.scope.values[node.target.id] = Value(mha=True)
             if self.scope.kind == "class":
                 self.scope.values["self." + node.target.id] = Value(mha=True)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
+                _annotation_name(node.annotation) in self._class_roles):
+            # `model: MyModel` declared: an instance, as a parameter annotated so would be
+            self.scope.values[node.target.id] = Value(
+                param_roles=self._class_roles[_annotation_name(node.annotation) or ""])
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
                 # `s += mask` reads like `s = s + mask` for the rules on + and *

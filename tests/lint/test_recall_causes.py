@@ -489,3 +489,12 @@ def run(scores, input_ids):
 '''
     assert _found(tmp_path / "a.py", source) == [(9, "MC519")]
     assert _found(tmp_path / "b.py", source.replace("input_ids != 0", "input_ids == 0")) == []
+
+
+def test_an_instance_declared_by_annotation_at_module_level_is_read_the_same_way(
+        tmp_path: Path) -> None:
+    head = LABEL_ATTENTION.split("\n\ndef classify")[0]
+    source = head + ('\n\nmodel: LabelAttention\nq = k = v = torch.randn(1, 1, 2, 4)\n'
+                     'batch = tokenizer(["a"], return_tensors="pt")\n'
+                     'out = model(q, k, v, batch["attention_mask"])\n')
+    assert _found(tmp_path / "a.py", source) == [(9, "MC511")]
