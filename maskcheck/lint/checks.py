@@ -151,9 +151,9 @@ class _Scope:
     outer_names: dict[str, str] = field(default_factory=dict)  # name -> "nonlocal" | "global"
     # Function scopes: what the body does with a parameter it has not rebound, as `_Role`s.
     param_roles: dict[tuple[int, str], _Role] = field(default_factory=dict)
-    # Names bound to a parameter as it is or inverted (`pad = attention_mask == 0`): name ->
-    # (the parameter, whether inverted).
-    derived: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    # Function scopes: name -> the expression it was bound to, read only when a role asks
+    # whether the name is a parameter as it is or inverted (`pad = attention_mask == 0`).
+    derived: dict[str, ast.expr] = field(default_factory=dict)
 
 
 class _Role(NamedTuple):
@@ -435,7 +435,8 @@ class Linter:
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
-        self._class_roles: dict[str, tuple[Any, ...]] = {}
+        self._class_roles: dict[str, tuple[_Role, ...]] = {}
+        self._roles_known = False  # whether any function or class above has `_Role`s
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
         # Branches that end in return/raise/...: the values saved before them (see `_enter_if`).
@@ -672,7 +673,8 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
-                elif _annotation_name(arg.annotation) in self._class_roles:  # `model: MyModel`
+                elif self._class_roles and (
+                        _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
         self.scopes.append(scope)
@@ -717,8 +719,10 @@ class Linter:
             returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
             if returns_bool or roles:
                 self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+                self._roles_known = self._roles_known or bool(roles)
         elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
             self._class_roles[self.scope.name] = roles
+            self._roles_known = True
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -839,8 +843,12 @@ class Linter:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
-        if isinstance(call.func, (ast.Name, ast.Attribute)):
-            roles = self.value(call.func).param_roles
+        func = call.func
+        callee = func.id if isinstance(func, ast.Name) else (
+            "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
+                func.value, ast.Name) and func.value.id == "self" else None)
+        if callee is not None and self._roles_known:  # a function of the file, or an instance
+            roles = self.lookup(callee).param_roles
             if roles:
                 self._helper_call(call, roles)
         if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
@@ -882,7 +890,7 @@ class Linter:
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in ast.walk(target):
             if isinstance(sub, ast.Name):
-                scope = self._owner(sub.id)
+                scope = self._owner(sub.id) if self.scope.outer_names else self.scope
                 self._forget(sub.id, scope)
                 scope.assigned.add(sub.id)
 
@@ -906,7 +914,7 @@ class Linter:
             self.scope.outer_names[name] = kind
 
     def _assign_name(self, name: str, value: ast.expr, facts: Value) -> None:
-        scope = self._owner(name)
+        scope = self._owner(name) if self.scope.outer_names else self.scope
         fill = self._zero_mask_fill_of(name, value)
         pending_triu = scope.bool_triu.get(name)
         self._forget(name, scope)
@@ -921,9 +929,8 @@ class Linter:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         if facts:
             scope.values[name] = facts
-        source = self._parameter_behind(value)
-        if source is not None and scope is self.scope:
-            scope.derived[name] = source  # `pad = attention_mask == 0`
+        if scope.kind == "function" and scope is self.scope:
+            scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
         if isinstance(value, ast.BinOp):
             product = self._product_of(value)
             if product is not None:
@@ -1760,6 +1767,23 @@ class Linter:
         if scope.kind != "function" or not scope.name:
             return None
         flipped = False
+        for _ in range(8):  # through at most this many names bound to one another
+            found = self._parameter_or_name(node, follow)
+            if found is None:
+                return None
+            node, inverted = found
+            flipped ^= inverted
+            if node.id in scope.params and node.id not in scope.assigned:
+                return node.id, flipped
+            if node.id not in scope.derived:
+                return None
+            node = scope.derived[node.id]
+        return None
+
+    def _parameter_or_name(self, node: ast.AST, follow: bool) -> tuple[ast.Name, bool] | None:
+        """The name `node` reads, through indexing, reshapes, bool casts and inversions, and
+        whether it was inverted an odd number of times."""
+        flipped = False
         while follow:
             inner = _inverted_operand(node)
             if inner is not None:
@@ -1771,14 +1795,7 @@ class Linter:
                 node = receiver(node) or node
             else:
                 break
-        if not isinstance(node, ast.Name):
-            return None
-        if node.id in scope.derived:
-            param, inverted = scope.derived[node.id]
-            return param, inverted != flipped
-        if node.id in scope.params and node.id not in scope.assigned:
-            return node.id, flipped
-        return None
+        return (node, flipped) if isinstance(node, ast.Name) else None
 
     def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True) -> None:
         """Record what this function does with one of its parameters (see `_Role`). Only for
@@ -1796,7 +1813,7 @@ class Linter:
         if position >= 0:
             scope.param_roles.setdefault((position, role), _Role(position, role, node, param))
 
-    def _helper_call(self, call: ast.Call, roles: tuple[tuple[int, str], ...]) -> None:
+    def _helper_call(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A call of a function of this file, checked against what the function does with its
         parameters: a cached key with a True causal flag (MC510), a triangle that points the
         wrong way for the mask the function takes (MC521), a keep-mask as its fill condition
@@ -1834,7 +1851,7 @@ class Linter:
                             "the past, not the future; use triu(..., diagonal=1)")
                 return
 
-    def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[Any, ...]) -> None:
+    def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
         the parameter as True = masked. Reported in the function when the parameter's own name
         says keep (`attention_mask`: the function reads its input against the convention of its
@@ -2109,8 +2126,9 @@ _FLOW_ENDS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
 def _ends_flow(body: list[ast.stmt]) -> bool:
-    """A branch whose last statement leaves it (return, raise, continue, break)."""
-    return bool(body) and isinstance(body[-1], _FLOW_ENDS)
+    """A branch that binds something and then leaves (return, raise, continue, break): a
+    branch that only leaves (`if x is None: raise ...`) has nothing to take back."""
+    return len(body) > 1 and isinstance(body[-1], _FLOW_ENDS)
 
 
 def _push_statements(stack: _Stack, body: list[ast.stmt], parent: ast.AST) -> None:

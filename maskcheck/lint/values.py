@@ -381,7 +381,10 @@ def _triangle(call: ast.Call, name: str, base: Value) -> Value:
 def describe(node: ast.AST, lookup: Lookup) -> Value:
     """The facts about an expression's value, reading names as bound before it."""
     if isinstance(node, ast.Name):
-        return _named(node.id, lookup(node.id))
+        value = lookup(node.id)
+        if _KEEP_NAMES.get(node.id) is False:  # most names: nothing to add
+            return value
+        return _named(node.id, value)
     if isinstance(node, ast.Attribute):
         return _describe_attribute(node, lookup)
     if isinstance(node, ast.Call):
@@ -403,10 +406,16 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
     return Value(number=v) if v is not None else UNKNOWN
 
 
+_KEEP_NAMES: dict[str, bool] = {}  # name -> declares_keep(name), for the names of every file
+
+
 def _named(name: str, value: Value) -> Value:
     """A name's value with what its name says: a keep-mask by name (`pad_keep`), unless what
     it holds says otherwise (an additive mask, a number, a padding test, a module)."""
-    if not declares_keep(name) or value.keep_mask:
+    keep = _KEEP_NAMES.get(name)
+    if keep is None:
+        keep = _KEEP_NAMES[name] = declares_keep(name)
+    if not keep or value.keep_mask:
         return value
     if value.additive or value.finfo_min or value.hf_keep_inverted or value.number is not None or (
             value.flag is not None or value.api or value.mha or value.tokens or value.cached
