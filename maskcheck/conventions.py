@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -175,6 +176,26 @@ NAME_HINTS: tuple[NameHint, ...] = (
     NameHint("*visible*", "auto", "unknown", _KEEP, "int-one-keep"),
     NameHint("block_mask", "flex", "attn_mask", _KEEP, None),
 )
+
+
+# Words by which a name says it is a keep-mask (True / 1 = may attend) whatever API reads it:
+# `keep`, `pad_keep`, `src_keep`, `valid_mask`, `visible`. Whole words of the name only
+# (`keepdim` and `invalid_mask` are not), and never beside a word that makes the name a count, an
+# index, a probability or a flag (`keep_idx`, `keep_prob`, `valid_lengths`, `keep_last`).
+KEEP_WORDS = frozenset({"keep", "kept", "valid", "visible"})
+NOT_A_MASK_WORDS = frozenset({
+    "idx", "index", "indices", "ids", "id", "len", "lens", "length", "lengths", "num", "count",
+    "counts", "n", "size", "sizes", "dim", "dims", "ratio", "rate", "prob", "probs", "p", "frac",
+    "fraction", "topk", "k", "first", "last", "mode", "flag", "fn", "func", "steps", "step",
+    "loss", "losses", "tokens", "token", "list", "set", "dict", "names", "name", "keys"})
+
+
+@functools.lru_cache(maxsize=4096)
+def declares_keep(name: str) -> bool:
+    """Whether a variable's name (its last dotted part) says it is a keep-mask."""
+    leaf = name.rsplit(".", 1)[-1]
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", leaf)}
+    return not words.isdisjoint(KEEP_WORDS) and words.isdisjoint(NOT_A_MASK_WORDS)
 
 
 # Integer tensors with these names hold ids, types or positions, whatever their values (packed

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
+from maskcheck.conventions import name_hint
 from maskcheck.lint.values import (
     BF16_MAX,
     FLOAT_DTYPES,
@@ -41,6 +42,7 @@ from maskcheck.lint.values import (
     last_name,
     mentions_mask,
     module_dotted,
+    names_a_cache,
     names_log_sum_exp,
     note_import,
     number,
@@ -125,7 +127,8 @@ class _Scope:
     fp16_guard: bool = False
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
-    method: bool = False  # a function defined in a class body (called as self.name(...))
+    method: bool = False  # a function defined in a class body that takes self (or cls) first
+    in_class: bool = False  # defined in a class body: called as self.name(...), static or not
     values: dict[str, Value] = field(default_factory=dict)
     bool_triu: dict[str, ast.Call] = field(default_factory=dict)  # name -> triu(ones bool)
     assigned: set[str] = field(default_factory=set)
@@ -142,13 +145,37 @@ class _Scope:
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
+    node: ast.AST | None = None  # the function (or module) whose body this scope reads
+    # Names this scope hands to softmax somewhere (read on demand): score tensors by their use.
+    softmax_inputs: frozenset[str] | None = None
+    # Names declared `nonlocal` / `global` here: a binding of them lands in the outer scope.
+    outer_names: dict[str, str] = field(default_factory=dict)  # name -> "nonlocal" | "global"
+    # Function scopes: what the body does with a parameter it has not rebound, as `_Role`s.
+    param_roles: dict[tuple[int, str], _Role] = field(default_factory=dict)
+    # Function scopes: name -> the expression it was bound to, read only when a role asks
+    # whether the name is a parameter as it is or inverted (`pad = attention_mask == 0`).
+    derived: dict[str, ast.expr] = field(default_factory=dict)
+
+
+class _Role(NamedTuple):
+    """What a function does with a parameter: `role` is "key" / "causal" (SDPA's key and
+    is_causal), "keep-sdpa" / "keep-fill" (a mask read as True = keep: SDPA's bool attn_mask,
+    `masked_fill(m == 0, ...)`), "drop-sdpa" / "drop-fill" (read as True = masked: inverted into
+    SDPA, or the fill condition itself). `use` is the expression where the body does it."""
+
+    position: int  # among the arguments a caller passes (after self)
+    role: str
+    use: ast.AST
+    param: str
 
 
 class _Param(NamedTuple):
-    """A function's parameter, as its callers pass it: `position` counts after `self`."""
+    """A function's parameter, as its callers pass it: `position` counts after `self` (a
+    @staticmethod has none); `owner` is the class whose methods call it as
+    `self.function(...)` ("" for a function called by its name)."""
 
     function: str
-    method: bool
+    owner: str
     position: int
     name: str
 
@@ -163,7 +190,7 @@ _Handler = Callable[[Any, ast.AST | None, _Stack], None]
 # Nodes with nothing below them that a rule reads: never pushed (half of all nodes are these).
 _LEAVES: frozenset[type] = frozenset({
     ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.alias, ast.Pass, ast.Break,
-    ast.Continue, ast.Global, ast.Nonlocal,
+    ast.Continue,
     *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
     *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__(),
 })
@@ -408,6 +435,13 @@ class Linter:
         self._joins: dict[int, dict[str, ast.Assign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
+        # Classes of this file -> what their forward does with its parameters (`_Role`s).
+        self._class_roles: dict[str, tuple[_Role, ...]] = {}
+        self._roles_known = False  # whether any function or class above has `_Role`s
+        # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
+        self._rebinds: dict[str, frozenset[str]] = {}
+        # Branches that end in return/raise/...: the values saved before them (see `_enter_if`).
+        self._snapshots: dict[tuple[int, str], tuple[dict[str, Value], dict[str, _Product]]] = {}
         # MC501 on a function's own parameter: kept only if a call in this file may pass a
         # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
         # parameters asked about -> the dtypes the calls pass.
@@ -493,6 +527,7 @@ class Linter:
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
+        self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
         handlers = self._handlers()
@@ -530,7 +565,8 @@ class Linter:
         return {
             ast.Call: lambda n, p, s: self._call(n, p),
             ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
-            ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind,
+            ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind, ast.NamedExpr: bind,
+            ast.Global: self._declare_outer, ast.Nonlocal: self._declare_outer,
             ast.BinOp: lambda n, p, s: self._binop(n, p),
             ast.UnaryOp: lambda n, p, s: self._invert(n),
             ast.Return: lambda n, p, s: self._return(n),
@@ -560,6 +596,25 @@ class Linter:
         # The walk reads the else branch after the body, so a name bound in both would keep the
         # else branch's value (coqui's bark: `is_causal = False` with a cache, else True).
         # After the if, such a name holds only the facts both branches agree on.
+        # A branch that ends in return/raise/continue/break leaves nothing behind it: the code
+        # after the `if` runs only on the other path (`if cache is not None: k = cat(...);
+        # return sdpa(q, k, v, mask)` then `sdpa(q, k, v, is_causal=True)` sees the plain keys).
+        guard = _not_bool_branch(node.test)
+        if guard is None and (_ends_flow(node.body) or _ends_flow(node.orelse)):
+            # Popped in this order: save0, body, [save1], load0, else, [load1].
+            if _ends_flow(node.body):
+                _push_statements(stack, node.orelse, node)  # runs from the values before
+            else:
+                stack.append((_Exit("load1", node), None))  # the body's values go on
+                _push_statements(stack, node.orelse, node)
+            stack.append((_Exit("load0", node), None))
+            if not _ends_flow(node.body):
+                stack.append((_Exit("save1", node), None))
+            _push_statements(stack, node.body, node)
+            stack.append((_Exit("save0", node), None))
+            if type(node.test) not in _LEAVES:
+                stack.append((node.test, node))
+            return
         joined = _body_assignments(node)
         if joined:
             for name, stmt in joined.items():
@@ -568,7 +623,6 @@ class Linter:
             stack.append((_Exit("join", node), None))
         # The children are pushed here, not by the walk (`_FIELDS_CACHE[ast.If]` is empty), so
         # that a dtype guard can narrow its name over the one branch where it is not bool.
-        guard = _not_bool_branch(node.test)
         if guard is None:
             _push_statements(stack, node.orelse, node)
             _push_statements(stack, node.body, node)
@@ -610,7 +664,8 @@ class Linter:
             not isinstance(node, ast.Lambda) and decorated_kernel(node))
         scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel,
                        params=tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args]),
-                       method=self.scope.kind == "class" and not _is_static(node))
+                       method=self.scope.kind == "class" and not _is_static(node),
+                       in_class=self.scope.kind == "class", node=node)
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -619,6 +674,10 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
+                elif self._class_roles and (
+                        _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
+                    scope.values[arg.arg] = Value(param_roles=self._class_roles[
+                        _annotation_name(arg.annotation) or ""])
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -641,13 +700,30 @@ class Linter:
         if marker.what == "unnarrow":
             self._unnarrow(marker.node)
             return
+        if marker.what in {"save0", "save1"}:
+            self._snapshots[(id(marker.node), marker.what[-1])] = (
+                dict(self.scope.values), dict(self.scope.zeroed))
+            return
+        if marker.what in {"load0", "load1"}:
+            self.scope.values, self.scope.zeroed = self._snapshots.pop(
+                (id(marker.node), marker.what[-1]))
+            return
         done = self.scopes.pop()
         self._flush_softmaxed(done)
-        if done.kind == "function" and done.name and done.returns and all(
-                v.dtype == "bool" for v in done.returns):
+        if done.kind == "function" and done.name and done.outer_names:
+            # a closure that rebinds its caller's names: calling it changes them
+            self._rebinds[done.name] = frozenset(done.outer_names)
+        roles = tuple(done.param_roles.values())
+        if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
-            # calls below are bool too.
-            self.bind(done.name, Value(returns_bool=True))
+            # calls below are bool too. What it does with its parameters is checked at its calls.
+            returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
+            if returns_bool or roles:
+                self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+                self._roles_known = self._roles_known or bool(roles)
+        elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
+            self._class_roles[self.scope.name] = roles
+            self._roles_known = True
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -691,12 +767,19 @@ class Linter:
                 self._branch_values[id(node)] = self.scope.values.get(name, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._assign_target(node.target, node.value, self.value(node.value))
+        elif isinstance(node, ast.NamedExpr):  # `(a := a * keep)` binds like `a = a * keep`
+            self._assign_name(node.target.id, node.value, self.value(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
                 _annotated_mha(node.annotation)):
             # `layer: nn.MultiheadAttention` declared (a module or class attribute annotation)
             self.scope.values[node.target.id] = Value(mha=True)
             if self.scope.kind == "class":
                 self.scope.values["self." + node.target.id] = Value(mha=True)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
+                _annotation_name(node.annotation) in self._class_roles):
+            # `model: MyModel` declared: an instance, as a parameter annotated so would be
+            self.scope.values[node.target.id] = Value(
+                param_roles=self._class_roles[_annotation_name(node.annotation) or ""])
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
                 # `s += mask` reads like `s = s + mask` for the rules on + and *
@@ -709,7 +792,7 @@ class Linter:
                     ast.Name(node.target.id, ast.Load()), ast.Mult(), node.value), node)
                 zeroed = self._product_of(product)
                 if zeroed is not None:
-                    self.scope.zeroed[node.target.id] = zeroed  # `s *= keep`
+                    self._owner(node.target.id).zeroed[node.target.id] = zeroed  # `s *= keep`
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
         elif isinstance(node, ast.Import):
@@ -761,6 +844,14 @@ class Linter:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
+        func = call.func
+        callee = func.id if isinstance(func, ast.Name) else (
+            "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
+                func.value, ast.Name) and func.value.id == "self" else None)
+        if callee is not None and self._roles_known:  # a function of the file, or an instance
+            roles = self.lookup(callee).param_roles
+            if roles:
+                self._helper_call(call, roles)
         if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
                 kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)) and isinstance(
                 call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
@@ -775,6 +866,10 @@ class Linter:
 
     def _assign(self, node: ast.Assign) -> None:
         facts = self.value(node.value)
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                value.func.id in self._class_roles):  # `model = MyModel(...)`
+            facts = replace(facts, param_roles=self._class_roles[value.func.id])
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -787,22 +882,43 @@ class Linter:
             self._assign_attribute(target, value, facts)
         else:
             self._forget_targets(target)
-            if isinstance(target, ast.Tuple) and _is_cache_update(value):
-                for element in target.elts:  # `k, v = cache.update(k, v)`: keys hold the cache
+            if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(value)):
+                # `k, v = cache.update(k, v)`: keys hold the cache; `ck, cv = cache`: the cache
+                for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(cached=True)
 
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in ast.walk(target):
             if isinstance(sub, ast.Name):
-                self._forget(sub.id)
-                self.scope.assigned.add(sub.id)
+                scope = self._owner(sub.id) if self.scope.outer_names else self.scope
+                self._forget(sub.id, scope)
+                scope.assigned.add(sub.id)
+
+    def _owner(self, name: str) -> _Scope:
+        """The scope a binding of `name` lands in: this one, or the enclosing function's (or
+        the module's) for a name declared `nonlocal` (`global`) here."""
+        scope = self.scope
+        if name not in scope.outer_names:
+            return scope
+        if scope.outer_names[name] == "global":
+            return self.scopes[0]
+        for outer in reversed(self.scopes[:-1]):
+            if outer.kind == "function" and (name in outer.values or name in outer.assigned):
+                return outer
+        return scope
+
+    def _declare_outer(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, (ast.Global, ast.Nonlocal))
+        kind = "global" if isinstance(node, ast.Global) else "nonlocal"
+        for name in node.names:
+            self.scope.outer_names[name] = kind
 
     def _assign_name(self, name: str, value: ast.expr, facts: Value) -> None:
-        scope = self.scope
+        scope = self._owner(name) if self.scope.outer_names else self.scope
         fill = self._zero_mask_fill_of(name, value)
         pending_triu = scope.bool_triu.get(name)
-        self._forget(name)
+        self._forget(name, scope)
         if pending_triu is value:  # registered while reading this very right-hand side
             scope.bool_triu[name] = pending_triu
         scope.assigned.add(name)
@@ -812,19 +928,30 @@ class Linter:
             scope.zero_masks[name] = True
         if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
-        self.bind(name, facts)
+        if (facts.hf_keep and facts.dtype is None and isinstance(value, ast.Subscript)
+                and isinstance(value.value, ast.Name) and value.value.id == name):
+            # `attention_mask = attention_mask[:, None, None, :]` rebinds a mask of unknown value
+            # to a 4-D layout (a rank switch that also takes 3-D and 4-D masks): it keeps what the
+            # caller passed, which may already be additive (sglang's LTX-2 connector); BERT's
+            # extended-mask idiom is a new name, `ext = attention_mask[:, None, None, :]`.
+            facts = replace(facts, hf_keep=False)
+        if facts:
+            scope.values[name] = facts
+        if scope.kind == "function" and scope is self.scope:
+            scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
         if isinstance(value, ast.BinOp):
             product = self._product_of(value)
             if product is not None:
                 scope.zeroed[name] = product  # `a = a * keep`: MC520 if `a` goes into softmax next
 
-    def _forget(self, name: str) -> None:
-        scope = self.scope
+    def _forget(self, name: str, scope: _Scope | None = None) -> None:
+        scope = scope or self.scope
         scope.zero_masks.pop(name, None)
         scope.bool_triu.pop(name, None)
         scope.values.pop(name, None)
         scope.mutated.discard(name)
         scope.zeroed.pop(name, None)
+        scope.derived.pop(name, None)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -905,7 +1032,8 @@ class Linter:
         triangle is a keep-mask too, and an upper one keeps the future."""
         left, right = self.value(node.left), self.value(node.right)
         for keep, tri, tri_node in ((left, right, node.right), (right, left, node.left)):
-            if (keep.pad_keep or (keep.hf_keep and not keep.hf_keep_inverted)) and (
+            keeps = keep.pad_keep or keep.keep_mask or (keep.hf_keep and not keep.hf_keep_inverted)
+            if keeps and (
                     tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
                 self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
                             "but it is combined with a keep-mask (True = real token): every "
@@ -985,6 +1113,18 @@ class Linter:
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
 
+    def _is_scores(self, node: ast.AST) -> bool:
+        """Score tensors by their name (`scores`, `attn_weights`, `q @ k.T`) or by their use: a
+        name this function hands to softmax (`s += inside; return s.softmax(-1)`)."""
+        if _is_score_name(node):
+            return True
+        if not isinstance(node, ast.Name):
+            return False
+        scope = self._binding_scope(node.id)
+        if scope.softmax_inputs is None:
+            scope.softmax_inputs = _softmax_inputs(scope.node)
+        return node.id in scope.softmax_inputs
+
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         left, right = self.value(node.left), self.value(node.right)
         if left.finfo_min and right.finfo_min and not clamped:
@@ -995,14 +1135,14 @@ class Linter:
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):
             # Any operand known to be bool: `keep4d.bool()`, `rand(n, n) > p`, `ids.eq(pad)`.
-            if mask.dtype == "bool" and _is_score_name(other) and self.value(
+            if mask.dtype == "bool" and self._is_scores(other) and self.value(
                     other).dtype != "bool":
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
                 return
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
-            if self._added_zero_one(mask_node) and _is_score_name(other) and not (
+            if self._added_zero_one(mask_node) and self._is_scores(other) and not (
                     self._zero_one_mask(other)):
                 self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask added to the "
                             "scores: it adds 1 where it is 1 and masks nothing; turn it into "
@@ -1080,6 +1220,9 @@ class Linter:
             isinstance(func, ast.Attribute) and (dotted(func.value) or "").startswith("self"))
         if not user_function:
             return  # torch functions, tensor methods and print/len/... leave their arguments be
+        if isinstance(func, ast.Name) and func.id in self._rebinds:
+            for rebound in self._rebinds[func.id]:
+                self._mutate(rebound)
         for arg in [*call.args, *(kw.value for kw in call.keywords)]:
             if isinstance(arg, ast.Name):
                 self._mutate(arg.id)
@@ -1115,6 +1258,8 @@ class Linter:
         facts = self.value(node)
         if self._is_mutated(node):
             return False
+        if facts.keep_mask:  # `pad_keep[:, None, :]`: bool or 0/1 by its name
+            return True
         if facts.dtype == "bool":  # a bool tensor held in a name, or one with a mask's provenance
             return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
                         or _held_in_a_name(node))
@@ -1212,12 +1357,18 @@ class Linter:
                         "without overflow); use torch.finfo(x.dtype).min")
         if condition is None or value is None or not self._is_fill_value(value):
             return
+        self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
         cond = self.value(condition)
-        if cond.hf_keep and not cond.hf_keep_inverted:
+        if cond.hf_keep and not cond.hf_keep_inverted and not cond.pad_keep:
             self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
                         "attention_mask "
                         "(1 = real token): as the masked_fill condition it masks the real "
                         "tokens; fill where it == 0")
+        elif (cond.pad_keep or cond.keep_mask) and not cond.hf_keep_inverted:
+            why = "a test for real tokens" if cond.pad_keep else "a keep-mask"
+            self.report("MC519", condition, f"{self._text(condition)} is {why} (True = may "
+                        "attend): as the masked_fill condition it masks the positions it "
+                        "keeps; fill where it is False (`~m`, `m == 0`)")
         elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
                 value, self.lookup):
             # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
@@ -1319,21 +1470,24 @@ class Linter:
                 and node.id in scope.params and node.id not in scope.assigned):
             return None
         index = scope.params.index(node.id) - (1 if scope.method else 0)
-        return None if index < 0 else _Param(scope.name, scope.method, index, node.id)
+        cls = self._class_scope() if scope.in_class else None
+        owner = "" if cls is None else cls.name
+        return None if index < 0 else _Param(scope.name, owner, index, node.id)
 
     def _record_call(self, call: ast.Call) -> None:
         """In the pass that reads calls: the dtype each asked-about parameter receives."""
         assert self.calls_to is not None
         func = call.func
         if isinstance(func, ast.Name):
-            name, method = func.id, False
+            name, owner = func.id, ""
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
                 func.value.id in {"self", "cls"}):
-            name, method = func.attr, True
+            cls = self._class_scope()  # a method or a @staticmethod of the class
+            name, owner = func.attr, "?" if cls is None else cls.name
         else:
             return
         for param, dtypes in self.calls_to.items():
-            if param.function == name and param.method == method:
+            if param.function == name and param.owner == owner:
                 arg = argument(call, param.position, param.name)
                 dtypes.append(None if arg is None else self.value(arg).dtype)
 
@@ -1365,7 +1519,7 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         facts = self.value(node)
-        if facts.hf_keep and not facts.hf_keep_inverted:
+        if (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted:
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
                         f"but {where} means True = padding: invert it (`== 0`)")
 
@@ -1596,6 +1750,9 @@ class Linter:
     def _sdpa(self, call: ast.Call) -> None:
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
+        self._note_role(argument(call, 1, "key"), "key", follow=False)
+        self._note_role(causal, "causal", follow=False)
+        self._note_role(mask, "keep-sdpa")
         causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
         if causal_on and mask is not None and not is_none(mask):
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
@@ -1620,6 +1777,126 @@ class Linter:
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
+
+    def _parameter_behind(self, node: ast.AST, *, follow: bool = True) -> tuple[str, bool] | None:
+        """The parameter of this function (not rebound) that `node` is, through indexing,
+        reshapes, casts to bool, inversions (`~m`, `m == 0`) and names bound that way: the
+        parameter and whether it was inverted an odd number of times."""
+        scope = self.scope
+        if scope.kind != "function" or not scope.name:
+            return None
+        flipped = False
+        for _ in range(8):  # through at most this many names bound to one another
+            found = self._parameter_or_name(node, follow)
+            if found is None:
+                return None
+            node, inverted = found
+            flipped ^= inverted
+            if node.id in scope.params and node.id not in scope.assigned:
+                return node.id, flipped
+            if node.id not in scope.derived:
+                return None
+            node = scope.derived[node.id]
+        return None
+
+    def _parameter_or_name(self, node: ast.AST, follow: bool) -> tuple[ast.Name, bool] | None:
+        """The name `node` reads, through indexing, reshapes, bool casts and inversions, and
+        whether it was inverted an odd number of times."""
+        flipped = False
+        while follow:
+            inner = _inverted_operand(node)
+            if inner is not None:
+                node, flipped = inner, not flipped
+            elif isinstance(node, ast.Subscript):
+                node = node.value
+            elif isinstance(node, ast.Call) and call_name(node) in _ROLE_KEEPING and (
+                    receiver(node) is not None):
+                node = receiver(node) or node
+            else:
+                break
+        return (node, flipped) if isinstance(node, ast.Name) else None
+
+    def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True) -> None:
+        """Record what this function does with one of its parameters (see `_Role`). Only for
+        functions called by their name and for forward / __call__ (called on an instance)."""
+        scope = self.scope
+        if node is None or (scope.method and scope.name not in {"forward", "__call__"}):
+            return
+        found = self._parameter_behind(node, follow=follow)
+        if found is None:
+            return
+        param, inverted = found
+        if inverted:
+            role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
+        position = scope.params.index(param) - (1 if scope.method else 0)
+        if position >= 0:
+            scope.param_roles.setdefault((position, role), _Role(position, role, node, param))
+
+    def _helper_call(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A call of a function of this file, checked against what the function does with its
+        parameters: a cached key with a True causal flag (MC510), a triangle that points the
+        wrong way for the mask the function takes (MC521), a keep-mask as its fill condition
+        (MC519)."""
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return
+        name = call_name(call) or "the function"
+        by_role: dict[str, list[ast.expr]] = {}
+        for entry in roles:
+            if entry.position < len(call.args):
+                by_role.setdefault(entry.role.split("-")[0], []).append(call.args[entry.position])
+        self._keep_mask_read_as_drop(call, roles)
+        keys, flags = by_role.get("key", []), by_role.get("causal", [])
+        if any(self.value(k).cached for k in keys) and any(
+                is_true(f) or self.value(f).flag is True for f in flags):
+            key = next(k for k in keys if self.value(k).cached)
+            self.report("MC510", call, f"{self._text(key)} holds cached keys (L != S) and "
+                        f"{name}() hands it to scaled_dot_product_attention with "
+                        "is_causal=True, which aligns the mask to the top-left: new queries "
+                        "cannot see most of the cache; pass an explicit mask")
+            return
+        for mask in by_role.get("keep", []):
+            facts = self.value(mask)
+            if facts.dtype != "fp32" and facts.tri in {"upper", "supper"} and not (
+                    facts.additive):
+                self.report("MC521", mask, f"{self._text(mask)} is 1 above the diagonal, but "
+                            f"{name}() keeps the positions where its mask is non-zero: every "
+                            "query keeps the future; use tril (or `triu(..., 1) == 0`)")
+                return
+        for mask in by_role.get("drop", []):
+            facts = self.value(mask)
+            if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
+                self.report("MC521", mask, f"{self._text(mask)} is True on and below the "
+                            f"diagonal, but {name}() fills where its mask is True: it masks "
+                            "the past, not the future; use triu(..., diagonal=1)")
+                return
+
+    def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
+        the parameter as True = masked. Reported in the function when the parameter's own name
+        says keep (`attention_mask`: the function reads its input against the convention of its
+        name), else at the call (the caller passes the wrong mask)."""
+        name = call_name(call) or "the function"
+        for entry in roles:
+            if not entry.role.startswith("drop") or entry.position >= len(call.args):
+                continue
+            arg = call.args[entry.position]
+            facts = self.value(arg)
+            if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
+                continue
+            code = "MC511" if entry.role == "drop-sdpa" else "MC519"
+            reads = ("inverts it for scaled_dot_product_attention (True = may attend)"
+                     if code == "MC511" else "fills where it is True")
+            hint = name_hint(entry.param)
+            if hint is not None and hint.bool_convention == "bool-true-keep":
+                self.report(code, entry.use, f"{entry.param} is named as a keep-mask (1 = real "
+                            f"token) and line {call.lineno} passes one ({self._text(arg)}), but "
+                            f"{name}() {reads}: it attends to the padding only; read it as a "
+                            "keep-mask")
+            else:
+                self.report(code, arg, f"{self._text(arg)} is a keep-mask (1 = real token), "
+                            f"but {name}() {reads} for {entry.param}: pass the padding mask "
+                            "(`== 0`)")
+            return
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
         """Whether the call sits under an `if` whose test shares a name with the test that
@@ -1707,6 +1984,42 @@ def _needed_names(test: ast.expr) -> set[str]:
         name = dotted(test.left)
         return {name} if name is not None else set()
     return set()
+# Methods that keep which positions a mask marks (for `_note_role`).
+_ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
+                           "contiguous", "to", "repeat", "squeeze", "flatten"})
+
+
+def _inverted_operand(node: ast.AST) -> ast.AST | None:
+    """`m` for `m == 0`, `~m`, `m.logical_not()`, `m.eq(0)`, `torch.logical_not(m)`."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(
+            node.ops[0], ast.Eq) and is_zero(node.comparators[0]):
+        return node.left
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+        return node.operand
+    if isinstance(node, ast.Call):
+        name = call_name(node)
+        base = receiver(node)
+        if name == "logical_not":
+            return node.args[0] if is_module_call(node) and node.args else base
+        if name == "eq" and base is not None and node.args and is_zero(node.args[0]):
+            return base
+    return None
+
+
+def _softmax_inputs(node: ast.AST | None) -> frozenset[str]:
+    """The names a function (or module) passes to softmax: `s.softmax(-1)`, `F.softmax(s)`,
+    `torch.log_softmax(s, -1)`."""
+    if node is None:
+        return frozenset()
+    names: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and call_name(sub) in {"softmax", "log_softmax"}:
+            base = receiver(sub)
+            if base is not None and not is_module_call(sub) and isinstance(base, ast.Name):
+                names.add(base.id)
+            elif sub.args and isinstance(sub.args[0], ast.Name):
+                names.add(sub.args[0].id)
+    return frozenset(names)
 
 
 def _similarity_name(node: ast.AST) -> bool:
@@ -1857,7 +2170,8 @@ _STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers")
 
 def _stored_names(stmt: ast.stmt) -> set[str]:
     """Names a statement binds in its own scope, read from statements only (an expression
-    binds a name only through `:=`, which the value table does not follow either)."""
+    binds a name only through `:=`, which this does not look for: a name bound there and again
+    later in the same branch keeps the later value all the same)."""
     names: set[str] = set()
     todo: list[ast.AST] = [stmt]
     while todo:
@@ -1881,6 +2195,15 @@ def _stored_names(stmt: ast.stmt) -> set[str]:
         for field_name in _STATEMENT_LISTS:
             todo.extend(getattr(node, field_name, ()))
     return names
+
+
+_FLOW_ENDS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _ends_flow(body: list[ast.stmt]) -> bool:
+    """A branch that binds something and then leaves (return, raise, continue, break): a
+    branch that only leaves (`if x is None: raise ...`) has nothing to take back."""
+    return len(body) > 1 and isinstance(body[-1], _FLOW_ENDS)
 
 
 def _push_statements(stack: _Stack, body: list[ast.stmt], parent: ast.AST) -> None:

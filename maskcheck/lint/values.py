@@ -15,6 +15,9 @@ import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from typing import Any
+
+from maskcheck.conventions import declares_keep
 
 FP16_MAX = 65504.0
 _INF_NAMES = frozenset({"math.inf", "torch.inf", "np.inf", "numpy.inf", "np.Inf", "np.PINF"})
@@ -24,6 +27,7 @@ _FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
 _KEEPS_VALUES = frozenset({
     "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
+    "repeat_interleave",
 })
 # Functions that keep a float tensor's dtype (not its mask facts): an upcast survives them
 # (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`,
@@ -83,6 +87,14 @@ class Value:
     # Derived from a padding mask whose provenance is proven: a tokenizer's attention_mask or a
     # `ids != pad_id` test (survives the cast that drops hf_keep).
     padding01: bool = False
+    # A keep-mask (True / 1 = may attend) whatever its dtype, by its own name (`keep`,
+    # `pad_keep`, `valid_mask`: the author's word for which way it points) or by how it was made
+    # (`F.unfold` of ones). Survives indexing, reshapes and casts; an inversion or a comparison
+    # makes a new value without it.
+    keep_mask: bool = False
+    # A function of this file, or an instance of a class of it: what it (its forward) does
+    # with its parameters (`checks._Role`), checked at each call with the arguments passed.
+    param_roles: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -379,7 +391,10 @@ def _triangle(call: ast.Call, name: str, base: Value) -> Value:
 def describe(node: ast.AST, lookup: Lookup) -> Value:
     """The facts about an expression's value, reading names as bound before it."""
     if isinstance(node, ast.Name):
-        return lookup(node.id)
+        value = lookup(node.id)
+        if _KEEP_NAMES.get(node.id) is False:  # most names: nothing to add
+            return value
+        return _named(node.id, value)
     if isinstance(node, ast.Attribute):
         return _describe_attribute(node, lookup)
     if isinstance(node, ast.Call):
@@ -399,6 +414,24 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return Value(flag=node.value)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
+
+
+_KEEP_NAMES: dict[str, bool] = {}  # name -> declares_keep(name), for the names of every file
+
+
+def _named(name: str, value: Value) -> Value:
+    """A name's value with what its name says: a keep-mask by name (`pad_keep`), unless what
+    it holds says otherwise (an additive mask, a number, a padding test, a module)."""
+    keep = _KEEP_NAMES.get(name)
+    if keep is None:
+        keep = _KEEP_NAMES[name] = declares_keep(name)
+    if not keep or value.keep_mask:
+        return value
+    if value.additive or value.finfo_min or value.hf_keep_inverted or value.number is not None or (
+            value.flag is not None or value.api or value.mha or value.tokens or value.cached
+            or value.returns_bool or value.grad):
+        return value
+    return replace(value, keep_mask=True)
 
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
@@ -429,12 +462,29 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(dtype="int", hf_keep=True)
     if _cache_prefix(node):
         return Value(cached=True)
+    if base in (UNKNOWN, TENSOR) and _extends_hf_mask(node):
+        return Value(hf_keep=True)
     if not base:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _extends_hf_mask(node: ast.Subscript) -> bool:
+    """`attention_mask[:, None, None, :]`: Hugging Face's extended-mask idiom (BERT's
+    get_extended_attention_mask) on a 2-D `attention_mask` whose value is not known here: the
+    (batch, keys) mask of 1 = real token (conventions.md: a 2-D additive mask is not what HF
+    passes). Every such expansion across the precision corpora reads it that way."""
+    if not (isinstance(node.value, ast.Name) and node.value.id == "attention_mask"):
+        return False
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+    return len(parts) == 4 and [type(p) for p in parts] == [
+        ast.Slice, ast.Constant, ast.Constant, ast.Slice] and all(
+        is_none(p) for p in parts[1:3]) and all(
+        p.lower is None and p.upper is None and p.step is None
+        for p in (parts[0], parts[3]) if isinstance(p, ast.Slice))
 
 
 def _cache_prefix(node: ast.Subscript) -> bool:
@@ -512,9 +562,20 @@ def _describe_receiver(node: ast.AST, method: str, lookup: Lookup) -> Value:
 
 
 def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
-    """`input_ids == pad_token_id`, `ids.eq(PAD)`: True at padding."""
-    return (last_name(left) or "").lower().endswith("ids") and "pad" in (
-        dotted(right) or last_name(right) or "").lower()
+    """`input_ids == pad_token_id`, `ids.eq(PAD)`, `input_ids == 0`: True at padding (a token id
+    compared with 0 is a padding test whatever the real pad id: the author took 0 for it)."""
+    name = (last_name(left) or "").lower()
+    if name.endswith("ids") and "pad" in (dotted(right) or last_name(right) or "").lower():
+        return True
+    return token_ids_name(name) and number(right) == 0
+
+
+def token_ids_name(name: str) -> bool:
+    """`input_ids`, `ids`, `token_ids`, `src_ids`: a tensor of token ids (int64), not position,
+    type or segment ids."""
+    low = name.rsplit(".", 1)[-1].lower()
+    return low in {"ids", "input_ids", "token_ids", "tok_ids", "src_ids", "tgt_ids", "trg_ids"} or (
+        low.endswith("_input_ids"))
 
 
 def _names_pad_index(node: ast.AST) -> bool:
@@ -528,7 +589,7 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True)
-        if isinstance(op, ast.NotEq):
+        if isinstance(op, ast.NotEq) or (isinstance(op, ast.Gt) and number(right) == 0):
             return replace(out, hf_keep=True, pad_keep=True)
     if isinstance(op, ast.NotEq) and _names_pad_index(right):
         return replace(out, pad_keep=True)
@@ -536,11 +597,11 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
             out = replace(out, tri=_COMPLEMENT[lv.tri])
-        if lv.hf_keep:
+        if lv.hf_keep or lv.keep_mask:
             out = replace(out, hf_keep_inverted=True)
     elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)
           or (isinstance(op, ast.Gt) and c == 0)):
-        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep)
+        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep, keep_mask=lv.keep_mask)
     return out
 
 
@@ -550,7 +611,8 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
         if base.dtype != "bool":
             return UNKNOWN
         return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
-                     hf_keep_inverted=base.hf_keep, hf_keep=base.hf_keep_inverted)
+                     hf_keep_inverted=base.hf_keep or base.keep_mask,
+                     hf_keep=base.hf_keep_inverted)
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
@@ -634,6 +696,8 @@ def _describe_factory(
     # Only without a dtype= argument: `dtype=x.dtype` follows x, which may be float16.
     no_dtype = kwarg(call, "dtype") is None
     default = "fp32" if name in {"ones", "zeros", "empty", "randn", "rand"} and no_dtype else None
+    if name.endswith("_like") and no_dtype and call.args:
+        default = _dtype_of_tensor(call.args[0], lookup)  # `ones_like(input_ids)`: int64
     if name in _ONES_FUNCS:
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
@@ -663,9 +727,14 @@ def _describe_factory(
         return _triangle(call, name, describe(matrix, lookup))
     if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
         parts = call.args[0].elts
-        if len(parts) >= 2 and any(_names_a_cache(p) for p in parts[:-1]):
+        if len(parts) >= 2 and any(_names_a_cache(p) or describe(p, lookup).cached
+                                   for p in parts[:-1]):
             return Value(cached=True)
         return UNKNOWN
+    if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
+        # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
+        # covers the zero padding: a keep-mask of 0s and 1s (halonet-pytorch's halo mask)
+        return Value(dtype="fp32", zero_one=True, keep_mask=True)
     if name == "triu_indices":
         offset = argument(call, 2, "offset")
         return Value(diag_indices=offset is None or is_zero(offset))
@@ -695,6 +764,16 @@ def _describe_factory(
     if name in _KEEPS_DTYPE and call.args:
         return _float_dtype_of(describe(call.args[0], lookup), call)
     return None
+
+
+def _dtype_of_tensor(node: ast.AST, lookup: Lookup) -> str | None:
+    """The dtype a tensor has by evidence: known from the value table, or int64 for token ids
+    by their name (`input_ids`)."""
+    known = describe(node, lookup).dtype
+    if known is not None:
+        return known
+    name = last_name(node)
+    return "int" if name is not None and token_ids_name(name) else None
 
 
 def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
@@ -748,6 +827,12 @@ def _zero_one_literal(node: ast.AST) -> bool:
 def _holds_finfo_min(node: ast.AST, lookup: Lookup) -> bool:
     return isinstance(node, (ast.List, ast.Tuple)) and any(
         is_finfo_min(v, lookup) for v in _literal_values(node))
+
+
+def names_a_cache(node: ast.AST) -> bool:
+    """A cache by its name (`cache`, `self.kv_cache`, `past_key_value[0]`), not its shape."""
+    return not (isinstance(node, ast.Attribute) and node.attr in {"shape", "dtype", "device"}) and (
+        _names_a_cache(node))
 
 
 def _names_a_cache(node: ast.AST) -> bool:
@@ -854,8 +939,8 @@ def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
     if not floated:
         return replace(cast, float01=False)
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
-    zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding) and not (
-        base.all_ones)
+    zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding
+                or base.keep_mask) and not base.all_ones
     return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 
