@@ -117,6 +117,33 @@ def test_a_bool_added_to_something_that_is_not_scores_is_not_reported(found: Fou
     assert found(source) == []
 
 
+# A sum handed straight to softmax is scores plus a mask, whatever the scores are called
+# (`s`, `a`, `x` in a short reference implementation).
+BOOL_SUMMED_INTO_SOFTMAX = '''import math
+import torch
+
+
+def reference(q, k, v):
+    keep = torch.rand(6, 6) > 0.3
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return torch.softmax(s + keep, dim=-1) @ v
+
+
+def eager(a, keep4d):
+    return (a + keep4d.bool()).softmax(-1)
+'''
+
+
+def test_a_bool_added_in_the_sum_given_to_softmax_is_found(found: Found) -> None:
+    assert found(BOOL_SUMMED_INTO_SOFTMAX) == [(8, "MC509"), (12, "MC509")]
+    fixed = (BOOL_SUMMED_INTO_SOFTMAX
+             .replace("s + keep", "s.masked_fill(~keep, float('-inf'))")
+             .replace("a + keep4d.bool()", "a.masked_fill(~keep4d.bool(), float('-inf'))"))
+    assert found(fixed) == []
+    # A bool added to something that never reaches softmax is still not scores.
+    assert found("import torch\n\n\ndef count(ids, x):\n    return (x + (ids == 0)).sum()\n") == []
+
+
 # chatglm3-base-tuning#1: modeling_chatglm's `full_attention_mask -= padding_mask.unsqueeze(-1) - 1`
 # once the padding mask is bool.
 BOOL_MINUS = '''import torch
