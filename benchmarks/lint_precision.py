@@ -4,9 +4,10 @@
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in the
-"dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4" or "fresh5" set); what is missing is downloaded into
-benchmarks/_work/ (git-ignored) and checked against its sha256. A GitHub code base is pinned by
-its repository and commit instead: its archive comes from codeload.github.com for that commit
+"dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4" or "fresh5" set); what is missing is
+downloaded into benchmarks/_work/ (git-ignored) and checked against its sha256. A GitHub code
+base is pinned by its repository and commit instead: its archive comes from codeload.github.com
+for that commit
 (the bytes of GitHub's archives are not stable, so no sha256; the commit names the tree).
 `maskcheck check --format json` runs with the maskcheck that this Python imports (set PYTHONPATH
 to measure a worktree). Every finding is matched against benchmarks/lint_verdicts.json, whose keys
