@@ -49,7 +49,7 @@ def test_an_int_literal_that_wraps_int32_is_still_reported(found: Found) -> None
 FALCON = '''import torch
 import torch.nn.functional as F
 
-DTYPE = torch.float16  # the file shows a half-precision path (MC501 asks for one)
+DTYPE = torch.float16  # the model runs in float16
 
 def attend(query_layer, key_layer, value_layer, attention_mask):
     attention_mask_float = (attention_mask * 1.0).masked_fill(attention_mask, float("-1e9")).to(
