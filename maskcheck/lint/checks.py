@@ -50,6 +50,7 @@ from maskcheck.lint.values import (
     receiver,
     root_name,
     self_attr,
+    token_ids_name,
 )
 
 MASK_KWARGS = frozenset(
@@ -79,6 +80,19 @@ _SIM_TOKENS = frozenset({"sim", "sims", "similarity", "similarities", "cos"})
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
+# Positional arguments of torch's attention modules: key padding masks (True = padding) by
+# position and the name the documentation gives them, then the bool attn_mask positions.
+_MODULE_MASK_POSITIONS: dict[str, tuple[dict[int, str], tuple[int, ...]]] = {
+    "MultiheadAttention": ({_MHA_KEY_PADDING_INDEX: "key_padding_mask"},
+                           (_MHA_ATTN_MASK_INDEX,)),
+    "TransformerEncoder": ({2: "src_key_padding_mask"}, (1,)),
+    "TransformerEncoderLayer": ({2: "src_key_padding_mask"}, (1,)),
+    "TransformerDecoder": ({4: "tgt_key_padding_mask", 5: "memory_key_padding_mask"}, (2, 3)),
+    "TransformerDecoderLayer": ({4: "tgt_key_padding_mask", 5: "memory_key_padding_mask"},
+                                (2, 3)),
+    "Transformer": ({5: "src_key_padding_mask", 6: "tgt_key_padding_mask",
+                     7: "memory_key_padding_mask"}, (2, 3, 4)),
+}
 # Roots of GPU-kernel languages written in Python syntax (Triton, CuTe DSL, TileLang, Numba,
 # Pallas, Helion): a function they decorate is not torch code (`1 - mask` on a Triton int1
 # tensor is valid Triton; vllm's minimax_m3 index_topk kernels).
@@ -86,6 +100,8 @@ _KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "numba", "nb", "pl
 # ... and the last names of their decorators under another root (`@cuda.jit`, `@T.prim_func`),
 # never under torch's (`@torch.jit.script` is TorchScript: torch code).
 _KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel", "prim_func"})
+# Functions whose backward reads their output: filling it in place breaks autograd (MC505).
+_SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
@@ -145,6 +161,7 @@ class _Scope:
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
+    returns_none: bool = False  # function scopes: some return gives None (`return None`, `return`)
     node: ast.AST | None = None  # the function (or module) whose body this scope reads
     # Names this scope hands to softmax somewhere (read on demand): score tensors by their use.
     softmax_inputs: frozenset[str] | None = None
@@ -155,6 +172,12 @@ class _Scope:
     # Function scopes: name -> the expression it was bound to, read only when a role asks
     # whether the name is a parameter as it is or inverted (`pad = attention_mask == 0`).
     derived: dict[str, ast.expr] = field(default_factory=dict)
+    # Function scopes: parameter -> its default when that is a constant (`causal=True`,
+    # `mask_value=-1e10`).
+    defaults: dict[str, ast.expr] = field(default_factory=dict)
+    # Names bound to a call of a function that may return None -> what it gives otherwise
+    # (see `Value.result_unless_none`), read under `if name is not None:`.
+    maybe_none: dict[str, Value] = field(default_factory=dict)
 
 
 class _Role(NamedTuple):
@@ -435,6 +458,8 @@ class Linter:
         self._joins: dict[int, dict[str, ast.Assign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
+        # `if x is not None:` over a name in `_Scope.maybe_none`: the If -> x's value before.
+        self._unset: dict[int, Value | None] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
         self._roles_known = False  # whether any function or class above has `_Role`s
@@ -623,7 +648,15 @@ class Linter:
             stack.append((_Exit("join", node), None))
         # The children are pushed here, not by the walk (`_FIELDS_CACHE[ast.If]` is empty), so
         # that a dtype guard can narrow its name over the one branch where it is not bool.
-        if guard is None:
+        tested = _not_none_test(node.test)
+        if guard is None and tested is not None and tested in self.scope.maybe_none:
+            # `if causal is not None:` on a name bound to a helper that returns None or a
+            # tensor: in the body it holds what the helper's other returns give
+            _push_statements(stack, node.orelse, node)
+            stack.append((_Exit("unset", node), None))
+            _push_statements(stack, node.body, node)
+            stack.append((_Exit("set", node), None))
+        elif guard is None:
             _push_statements(stack, node.orelse, node)
             _push_statements(stack, node.body, node)
         else:
@@ -678,6 +711,19 @@ class Linter:
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
+        positional = [*args.posonlyargs, *args.args]
+        for arg, default in [*zip(positional[len(positional) - len(args.defaults):],
+                                  args.defaults, strict=True),
+                             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+            if default is not None and (isinstance(default, ast.Constant) or (
+                    isinstance(default, ast.UnaryOp)
+                    and isinstance(default.operand, ast.Constant))):
+                scope.defaults[arg.arg] = default
+        names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
+                scope.values.get("attention_mask") in (UNKNOWN, TENSOR)):
+            # `forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token
+            scope.values["attention_mask"] = Value(hf_keep=True)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -700,6 +746,19 @@ class Linter:
         if marker.what == "unnarrow":
             self._unnarrow(marker.node)
             return
+        if marker.what in {"set", "unset"}:
+            assert isinstance(marker.node, ast.If)
+            tested = _not_none_test(marker.node.test) or ""
+            if marker.what == "set":
+                self._unset[id(marker.node)] = self.scope.values.get(tested)
+                self.scope.values[tested] = self.scope.maybe_none.get(tested, UNKNOWN)
+            elif not _assigns_name(marker.node.body, tested):
+                before = self._unset.pop(id(marker.node), None)
+                if before is None:
+                    self.scope.values.pop(tested, None)
+                else:
+                    self.scope.values[tested] = before
+            return
         if marker.what in {"save0", "save1"}:
             self._snapshots[(id(marker.node), marker.what[-1])] = (
                 dict(self.scope.values), dict(self.scope.zeroed))
@@ -714,16 +773,27 @@ class Linter:
             # a closure that rebinds its caller's names: calling it changes them
             self._rebinds[done.name] = frozenset(done.outer_names)
         roles = tuple(done.param_roles.values())
+        result = _result_of(done)
+        facts = Value(result=result) if not done.returns_none else Value(
+            result_unless_none=result)
+        if result is None:
+            facts = UNKNOWN
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
-            # calls below are bool too. What it does with its parameters is checked at its calls.
-            returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
-            if returns_bool or roles:
-                self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+            # calls below are bool too; and whatever else every return gives (an all -inf
+            # matrix, a finfo.min fill). What it does with its parameters is checked at its calls.
+            returns_bool = bool(done.returns) and not done.returns_none and all(
+                v.dtype == "bool" for v in done.returns)
+            if returns_bool or roles or facts:
+                self.bind(done.name, replace(facts, returns_bool=returns_bool,
+                                             param_roles=roles))
                 self._roles_known = self._roles_known or bool(roles)
         elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
             self._class_roles[self.scope.name] = roles
             self._roles_known = True
+        if facts and done.in_class and self.scope.kind == "class":
+            # `self.name(...)` in the methods below gives what every return of it gives
+            self.scope.values["self." + done.name] = facts
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -750,7 +820,12 @@ class Linter:
 
     def _return(self, node: ast.Return) -> None:
         if self.scope.kind == "function":
-            self.scope.returns.append(self.value(node.value) if node.value else UNKNOWN)
+            if node.value is None or is_none(node.value):
+                # `return None` (or a bare return): the tensor the other returns give is what
+                # a caller that uses the result as a tensor holds
+                self.scope.returns_none = True
+                return
+            self.scope.returns.append(self.value(node.value))
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -830,8 +905,13 @@ class Linter:
             self._sdpa(call)
         elif name in {"softmax", "log_softmax"}:
             self._softmax(call, parent)
-        elif name in {"add", "add_", "mul"} and not call.keywords:
+        elif name in {"add", "add_", "mul", "sub", "sub_"} and not call.keywords:
             self._arithmetic_call(call, name)
+        elif name in {"bitwise_not", "bitwise_not_"}:
+            operand = call.args[0] if is_module_call(call) and len(call.args) == 1 else (
+                receiver(call) if not is_module_call(call) and not call.args else None)
+            if operand is not None:
+                self._invert(ast.copy_location(ast.UnaryOp(ast.Invert(), operand), call), call)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
             held = call.func.value.id
@@ -852,10 +932,11 @@ class Linter:
             roles = self.lookup(callee).param_roles
             if roles:
                 self._helper_call(call, roles)
-        if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
-                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)) and isinstance(
-                call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
-            self._mha_call(call)
+        if isinstance(call.func, (ast.Attribute, ast.Name)) and (len(call.args) > 1 or any(
+                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)):
+            module = self.value(call.func)
+            if module.mha:
+                self._mha_call(call, module.module)
         self._inverted_kwargs(call)
         if self.scope.bool_triu:
             self._bool_triu_use(call)
@@ -939,6 +1020,13 @@ class Linter:
             scope.values[name] = facts
         if scope.kind == "function" and scope is self.scope:
             scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
+        if isinstance(value, ast.Call):
+            function = self.value(value.func) if isinstance(value.func, ast.Name) else (
+                self.lookup("self." + value.func.attr) if isinstance(value.func, ast.Attribute)
+                and isinstance(value.func.value, ast.Name) and value.func.value.id == "self"
+                else UNKNOWN)
+            if isinstance(function.result_unless_none, Value):
+                scope.maybe_none[name] = function.result_unless_none
         if isinstance(value, ast.BinOp):
             product = self._product_of(value)
             if product is not None:
@@ -952,6 +1040,7 @@ class Linter:
         scope.mutated.discard(name)
         scope.zeroed.pop(name, None)
         scope.derived.pop(name, None)
+        scope.maybe_none.pop(name, None)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -961,6 +1050,12 @@ class Linter:
                 self.scope.values[base.id] = Value(**{**old.__dict__, "grad": True})
             return
         if isinstance(base, ast.Name) and base.id == "self":
+            default = self.scope.defaults.get(value.id) if isinstance(value, ast.Name) and (
+                self.scope.name == "__init__" and value.id not in self.scope.assigned) else None
+            if default is not None and facts in (UNKNOWN, TENSOR):
+                # `self.causal = causal` of `__init__(..., causal=True)`: the default holds
+                # unless a caller passes another value
+                facts = self.value(default)
             cls = self._class_scope()
             if cls is not None:
                 cls.mutated.discard("self." + target.attr)  # bound anew
@@ -1006,8 +1101,10 @@ class Linter:
     # --- expressions ---
 
     def _arithmetic_call(self, call: ast.Call, name: str) -> None:
-        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`: the rules on + and *."""
-        op: ast.operator = ast.Mult() if name == "mul" else ast.Add()
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`, `a.sub(1)`: the rules on
+        +, * and -."""
+        op: ast.operator = ast.Mult() if name == "mul" else (
+            ast.Sub() if name in {"sub", "sub_"} else ast.Add())
         base = receiver(call)
         if is_module_call(call) and len(call.args) == 2:
             left, right = call.args
@@ -1150,14 +1247,16 @@ class Linter:
                             "masked_fill")
                 return
 
-    def _invert(self, node: ast.UnaryOp) -> None:
+    def _invert(self, node: ast.UnaryOp, call: ast.Call | None = None) -> None:
+        """`~m` (or `torch.bitwise_not(m)`, `m.bitwise_not()`: `call`) on an integer 0/1 mask."""
         if not isinstance(node.op, ast.Invert):
             return
         facts = self.value(node.operand)
-        if facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
-                node.operand)):
-            edit = self._edit(node, f"({self._paren(node.operand)} == 0)")
-            self.report("MC518", node, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
+        if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
+                node.operand))) or (facts.dtype is None and _batch_attention_mask(node.operand)):
+            shown = call if call is not None else node
+            edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
+            self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
                         "~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() first", edit)
 
     def _edit(self, node: ast.AST, text: str) -> Edit | None:
@@ -1402,7 +1501,7 @@ class Linter:
 
     def _full(self, call: ast.Call, name: str) -> None:
         if name in {"full", "full_like", "new_full"}:
-            self._wide_finfo_full(call)
+            self._wide_finfo_full(call, name)
         if name == "fill_":
             fill = call.args[0] if call.args else None
             target = receiver(call)
@@ -1424,12 +1523,19 @@ class Linter:
             return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
 
-    def _wide_finfo_full(self, call: ast.Call) -> None:
+    def _wide_finfo_full(self, call: ast.Call, name: str) -> None:
         """`torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`: raises
         (samlhuillier/spider-sql-finetune#1, a half causal-mask helper)."""
         fill = argument(call, 1, "fill_value")
+        dtype = dtype_of(kwarg(call, "dtype"))
+        if dtype is None and kwarg(call, "dtype") is None:
+            # `torch.full_like(logits, v)` / `logits.new_full(size, v)`: the tensor's dtype
+            like = call.args[0] if name == "full_like" and is_module_call(call) and call.args else (
+                receiver(call) if name in {"full_like", "new_full"} and not is_module_call(call)
+                else None)
+            dtype = self.value(like).dtype if like is not None else None
         if fill is not None and (is_wide_finfo_min(fill) or self.value(fill).wide_finfo) and (
-                dtype_of(kwarg(call, "dtype")) in HALF_DTYPES):
+                dtype in HALF_DTYPES):
             self.report("MC517", fill, f"{self._text(fill)} is the float32 minimum: a "
                         "float16/bfloat16 tensor cannot hold it (value cannot be converted "
                         "without overflow); use torch.finfo(dtype).min of that dtype")
@@ -1538,13 +1644,16 @@ class Linter:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
         return node.id not in self.scope.assigned and known in (UNKNOWN, TENSOR)
 
-    def _mha_call(self, call: ast.Call) -> None:
-        """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
-        if len(call.args) > _MHA_KEY_PADDING_INDEX:
-            self._key_padding_value(call.args[_MHA_KEY_PADDING_INDEX], "key_padding_mask")
+    def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
+        """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
+        positional layout of the nn.Transformer* module the call's receiver was built as."""
+        key_padding, attn_masks = _MODULE_MASK_POSITIONS.get(
+            module or "MultiheadAttention", _MODULE_MASK_POSITIONS["MultiheadAttention"])
+        for position, where in key_padding.items():
+            if len(call.args) > position:
+                self._key_padding_value(call.args[position], where)
         masks = [kw.value for kw in call.keywords if kw.arg in _MHA_MASK_KWARGS]
-        if len(call.args) > _MHA_ATTN_MASK_INDEX:
-            masks.append(call.args[_MHA_ATTN_MASK_INDEX])
+        masks += [call.args[p] for p in attn_masks if len(call.args) > p]
         for mask in masks:
             self._mha_mask(mask)
 
@@ -1569,7 +1678,7 @@ class Linter:
             return
         if self._is_additive_matrix(matrix):
             self._triu_hit(call, diagonal)
-        elif _is_true_matrix(matrix) or self._is_true_name(matrix):
+        elif _is_true_matrix(matrix) or self._is_true_name(matrix) or self._is_true_cast(matrix):
             # A True-filled triu is also how chunked linear attention zeroes its upper triangle
             # on purpose (masked_fill(mask, 0)); only a use as an attention mask is a bug.
             if isinstance(parent, ast.keyword) and parent.arg in MASK_KWARGS:
@@ -1599,6 +1708,13 @@ class Linter:
         facts = self.lookup(node.id)
         return facts.dtype == "bool" and facts.all_ones
 
+    def _is_true_cast(self, node: ast.AST) -> bool:
+        """A cast of an all-ones matrix to bool (`ones.bool()`, `torch.ones(n, n).bool()`)."""
+        if not isinstance(node, ast.Call) or call_name(node) not in {"bool", "to", "type"}:
+            return False
+        facts = self.value(node)
+        return facts.dtype == "bool" and facts.all_ones
+
     def _is_additive_matrix(self, node: ast.AST) -> bool:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             return (is_ones(node.left) and is_masking_value(node.right, self.lookup)) or (
@@ -1620,8 +1736,26 @@ class Linter:
 
     def _bool_triu_use(self, call: ast.Call) -> None:
         masks = self.scope.bool_triu
-        if call_name(call, self.lookup) == "scaled_dot_product_attention":
+        name = call_name(call, self.lookup)
+        if name == "scaled_dot_product_attention":
             return  # SDPA keeps where True: a triu there shows the future (MC521)
+        condition = fill = None
+        if name in {"masked_fill", "masked_fill_"}:
+            shift = 1 if module_dotted(call.func) == "torch.masked_fill" else 0
+            condition, fill = argument(call, shift, "mask"), argument(call, 1 + shift, "value")
+        elif name == "where" and module_dotted(call.func) == "torch.where" and len(
+                call.args) == 3:
+            condition, fill = call.args[0], call.args[1]  # `where(mask, -inf, scores)`
+        if isinstance(condition, ast.Name) and condition.id in masks and fill is not None and (
+                self._is_fill_value(fill) or (isinstance(fill, ast.Call) and call_name(fill) ==
+                                              "tensor" and fill.args and self._is_fill_value(
+                                                  fill.args[0]))):
+            # the triangle marks what is hidden: with diagonal 0 each query loses itself
+            triu = masks.pop(condition.id)
+            diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
+                triu, 0, "diagonal")
+            self._triu_hit(triu, diagonal)
+            return
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
                 triu = masks.pop(kw.value.id)
@@ -1713,8 +1847,9 @@ class Linter:
                         self._check_zero_fill(base_name, argument(call, 0, "mask"),
                                               argument(call, 1, "value"), call)):
                     return
-                if not (name == "zero_" or (name == "fill_" and call.args and is_zero(
-                        call.args[0]))):
+                # a triangle of zeros is zeros (`mask.triu_(1)` on a zeros matrix)
+                if not (name in {"zero_", "triu_", "tril_"} or (name == "fill_" and call.args
+                                                                and is_zero(call.args[0]))):
                     masks[base_name] = False  # `mask[i, a:b].fill_(1)` writes into mask
         for arg in [*call.args, *(kw.value for kw in call.keywords)]:
             if isinstance(arg, ast.Name):
@@ -1736,9 +1871,17 @@ class Linter:
         if self.scope.no_grad:
             return
         base = receiver(call)
+        bound = self.scope.derived.get(base.id) if isinstance(base, ast.Name) else None
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
+        elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
+                bound, self.lookup) in _SAVES_OUTPUT and self._in_forward():
+            # softmax's backward reads its own output: overwriting it in place makes
+            # backward raise (checked on torch 2.13)
+            self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
+                        f"{call_name(bound, self.lookup)} that autograd saves for backward: "
+                        "backward raises (modified by an inplace operation); use masked_fill")
         elif (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name)
               and base.value.id == "self"):
             cls = self._class_scope()
@@ -1747,7 +1890,33 @@ class Linter:
 
     # --- MC506 / MC510 / MC511 / MC521 ---
 
+    def _spread_kwargs(self, call: ast.Call) -> ast.Call:
+        """The call with each `**name` whose name this function bound to a dict of constant
+        keys (`kw = dict(attn_mask=m, is_causal=True)`, `{"is_causal": True}`) read as the
+        keywords it spreads; other `**` stay as they are."""
+        keywords: list[ast.keyword] = []
+        spread = False
+        for kw in call.keywords:
+            bound = self.scope.derived.get(kw.value.id) if kw.arg is None and isinstance(
+                kw.value, ast.Name) and kw.value.id not in self.scope.mutated else None
+            if isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
+                    bound.func.id == "dict") and not bound.args and all(
+                    k.arg is not None for k in bound.keywords):
+                keywords.extend(bound.keywords)
+                spread = True
+            elif isinstance(bound, ast.Dict) and all(
+                    isinstance(k, ast.Constant) and isinstance(k.value, str) for k in bound.keys):
+                keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
+                                for k, v in zip(bound.keys, bound.values, strict=True))
+                spread = True
+            else:
+                keywords.append(kw)
+        if not spread:
+            return call
+        return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
+
     def _sdpa(self, call: ast.Call) -> None:
+        call = self._spread_kwargs(call)
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
         self._note_role(argument(call, 1, "key"), "key", follow=False)
@@ -1842,8 +2011,9 @@ class Linter:
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
         for entry in roles:
-            if entry.position < len(call.args):
-                by_role.setdefault(entry.role.split("-")[0], []).append(call.args[entry.position])
+            passed = _role_argument(call, entry)
+            if passed is not None:
+                by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
         keys, flags = by_role.get("key", []), by_role.get("causal", [])
         if any(self.value(k).cached for k in keys) and any(
@@ -1877,9 +2047,9 @@ class Linter:
         name), else at the call (the caller passes the wrong mask)."""
         name = call_name(call) or "the function"
         for entry in roles:
-            if not entry.role.startswith("drop") or entry.position >= len(call.args):
+            arg = _role_argument(call, entry) if entry.role.startswith("drop") else None
+            if arg is None:
                 continue
-            arg = call.args[entry.position]
             facts = self.value(arg)
             if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
                 continue
@@ -1955,6 +2125,49 @@ class Linter:
         guarded = [b for b in branches if b]
         return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
                                      for b in guarded)
+
+
+def _not_none_test(test: ast.expr) -> str | None:
+    """The name an `if name is not None:` test is about."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+            test.ops[0], ast.IsNot) and isinstance(test.left, ast.Name) and is_none(
+            test.comparators[0]):
+        return test.left.id
+    return None
+
+
+def _role_argument(call: ast.Call, entry: _Role) -> ast.expr | None:
+    """What a call passes for the parameter of a `_Role`: by position, or by its name
+    (`self.attn(x, mask=keep)`)."""
+    if entry.position < len(call.args):
+        return call.args[entry.position]
+    for kw in call.keywords:
+        if kw.arg == entry.param:
+            return kw.value
+    return None
+
+
+def _result_of(scope: _Scope) -> Value | None:
+    """The facts every return of a function scope gives (None when they share none, or when
+    some path returns nothing or the function is a generator)."""
+    if scope.kind != "function" or not scope.name or not scope.returns:
+        return None
+    node = scope.node
+    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
+        return None
+    joined = scope.returns[0]
+    for value in scope.returns[1:]:
+        joined = _join(joined, value)
+    if not joined or joined.param_roles or joined.mha or joined.api:
+        return None
+    return joined
+
+
+def _batch_attention_mask(node: ast.AST) -> bool:
+    """`batch["attention_mask"]`: the tokenizer field of a collated batch (int64, 1 = real
+    token, as Hugging Face's collators give it)."""
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+        node.slice.value == "attention_mask")
 
 
 def _asserted_off(test: ast.expr) -> set[str]:
