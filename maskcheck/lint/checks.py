@@ -1606,12 +1606,30 @@ class Linter:
             for kw in call.keywords:
                 if kw.arg in KEY_PADDING_KWARGS:
                     self._key_padding_value(kw.value, kw.arg)
+        padding = kwarg(call, "attention_mask")
+        if padding is not None and self.value(padding).hf_keep_inverted and not self.value(
+                padding).hf_keep and not self._reads_as_padding(call, "attention_mask"):
+            # `model(ids, attention_mask=(ids == pad_id).long())` (nyu-mll/jiant#465): the
+            # Hugging Face argument means 1 = real token
+            self.report("MC511", padding, f"{self._text(padding)} is 1 at the padding, but "
+                        "attention_mask means 1 = real token (Hugging Face convention): the "
+                        "model attends to the padding only; pass `ids != pad_id`")
         if call_name(call, self.lookup) != "scaled_dot_product_attention":
             return
         mask = argument(call, 3, "attn_mask")
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
+
+    def _reads_as_padding(self, call: ast.Call, param: str) -> bool:
+        """Whether the function (or module) of this file that the call reaches reads its
+        parameter `param` as True = masked (a `_Role` drop-*)."""
+        func = call.func
+        callee = func.id if isinstance(func, ast.Name) else (
+            "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
+                func.value, ast.Name) and func.value.id == "self" else None)
+        roles = self.lookup(callee).param_roles if callee is not None else ()
+        return any(r.param == param and r.role.startswith("drop") for r in roles)
 
     def _is_mha(self, call: ast.Call) -> bool:
         if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:
@@ -1928,7 +1946,11 @@ class Linter:
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
         key = argument(call, 1, "key")
-        if causal is not None and causal_on and key is not None and self.value(key).cached and (
+        # `is_causal=self.causal if attention_mask is None else False`: True on one path
+        causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
+            is_true(branch) or self.value(branch).flag is True
+            for branch in (causal.body, causal.orelse)))
+        if causal is not None and causal_may and key is not None and self.value(key).cached and (
                 not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "

@@ -402,3 +402,52 @@ def test_a_keep_mask_in_the_key_padding_position_of_an_encoder_is_found(tmp_path
 def test_the_padding_mask_in_the_key_padding_position_is_silent(tmp_path: Path) -> None:
     fixed = ENCODER_POSITIONAL.replace("attention_mask.bool())", "attention_mask == 0)")
     assert _found(tmp_path / "a.py", fixed) == []
+
+
+# open-lm-engine/lm-engine#498: a causal flag that is True whenever no mask is given, on keys
+# that include the cache.
+CONDITIONAL_FLAG = '''import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v, past, attention_mask=None, causal=True):
+    k = torch.cat([past[0], k], dim=2)
+    v = torch.cat([past[1], v], dim=2)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attention_mask,
+        is_causal=True if attention_mask is None else False)
+'''
+
+
+def test_a_causal_flag_true_on_one_path_with_cached_keys_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", CONDITIONAL_FLAG) == [(10, "MC510")]
+
+
+def test_a_conditional_flag_without_a_cache_is_silent(tmp_path: Path) -> None:
+    fixed = CONDITIONAL_FLAG.replace("    k = torch.cat([past[0], k], dim=2)\n", "").replace(
+        "    v = torch.cat([past[1], v], dim=2)\n", "")
+    assert _found(tmp_path / "a.py", fixed) == []
+
+
+# nyu-mll/jiant#465: BERT given the padding positions as its attention_mask (1 = real token).
+PAD_AS_ATTENTION_MASK = '''import torch.nn as nn
+
+
+class Probe(nn.Module):
+    def __init__(self, bert: nn.Module, pad_id: int = 0) -> None:
+        super().__init__()
+        self.bert = bert
+        self.pad_id = pad_id
+
+    def forward(self, ids, segs):
+        return self.bert(ids, token_type_ids=segs, attention_mask=(ids == self.pad_id).long())
+'''
+
+
+def test_the_padding_positions_as_attention_mask_are_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", PAD_AS_ATTENTION_MASK) == [(11, "MC511")]
+
+
+def test_the_real_tokens_as_attention_mask_are_silent(tmp_path: Path) -> None:
+    fixed = PAD_AS_ATTENTION_MASK.replace("ids == self.pad_id", "ids != self.pad_id")
+    assert _found(tmp_path / "a.py", fixed) == []
