@@ -462,6 +462,8 @@ class Linter:
         self._unset: dict[int, Value | None] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
+        # Classes of this file -> what their methods return, as `self.<method>` values.
+        self._class_attrs: dict[str, dict[str, Value]] = {}
         self._roles_known = False  # whether any function or class above has `_Role`s
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
@@ -589,7 +591,7 @@ class Linter:
         bind = self._push_bind
         return {
             ast.Call: lambda n, p, s: self._call(n, p),
-            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
+            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: self._enter_for,
             ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind, ast.NamedExpr: bind,
             ast.Global: self._declare_outer, ast.Nonlocal: self._declare_outer,
             ast.BinOp: lambda n, p, s: self._binop(n, p),
@@ -607,10 +609,22 @@ class Linter:
         # Bound after the right-hand side is read: `mask = torch.triu(mask)` reads the old one.
         stack.append((_Exit("bind", node), None))
 
+    def _enter_for(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.For)
+        self._push_bind(node, parent, stack)
+        if isinstance(node.target, ast.Name):
+            roles = self.value(node.iter).element_roles
+            if roles:  # `for layer in self.layers:` over instances of a class of this file
+                self.bind(node.target.id, Value(param_roles=roles))
+
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
         self.scope.assigned.add(node.name)
-        self.scopes.append(_Scope("class", name=node.name))
+        scope = _Scope("class", name=node.name, node=node)
+        for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
+            if isinstance(base, ast.Name) and base.id in self._class_attrs:
+                scope.values.update(self._class_attrs[base.id])
+        self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
     def _enter_if(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
@@ -795,6 +809,10 @@ class Linter:
             # `self.name(...)` in the methods below gives what every return of it gives
             self.scope.values["self." + done.name] = facts
         if done.kind == "class":
+            self._class_attrs[done.name] = {
+                key: value for key, value in done.values.items()
+                if key.startswith("self.") and (value.result is not None
+                                                or value.result_unless_none is not None)}
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
@@ -951,6 +969,9 @@ class Linter:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
+        elements = _container_class(value)
+        if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
+            facts = replace(facts, element_roles=self._class_roles[elements or ""])
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -1144,6 +1165,9 @@ class Linter:
         ) or self.value(node).dtype == "bool"
 
     def _product(self, node: ast.BinOp) -> None:
+        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
+            if self._is_scores(other) and not self._is_scores(mask_node):
+                self._note_role(mask_node, "mul")  # `weights * bias`: a parameter
         softmaxed = self.scope.softmaxed
         if softmaxed:
             for result, other in ((node.left, node.right), (node.right, node.left)):
@@ -1223,6 +1247,9 @@ class Linter:
         return node.id in scope.softmax_inputs
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
+        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
+            if self._is_scores(other) and not self._is_scores(mask_node):
+                self._note_role(mask_node, "add")  # `scores + attention_mask`: a parameter
         left, right = self.value(node.left), self.value(node.right)
         if left.finfo_min and right.finfo_min and not clamped:
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
@@ -1449,6 +1476,14 @@ class Linter:
         target_facts = self.value(target) if target is not None else UNKNOWN
         if value is not None and self._is_large_negative(value):
             self._large_negative(value, name, target)
+        elif value is not None and target is not None and _is_score_name(target) and (
+                self_attr(value) is not None):
+            # `scores.masked_fill(m, self.mask_value)` with `mask_value=-1e10` given in
+            # __init__: the attribute holds the constant (only on score tensors by name: CTC
+            # and beam-search code keeps float32 log-domain sentinels in attributes too)
+            held = self.lookup("self." + (self_attr(value) or "")).number
+            if held is not None and math.isfinite(held) and held < -FP16_MAX:
+                self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
                 target_facts.dtype in HALF_DTYPES):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
@@ -2017,6 +2052,8 @@ class Linter:
         if found is None:
             return
         param, inverted = found
+        if role in {"add", "mul"} and _dtype_tested(scope.node, param):
+            return  # `if m.dtype == torch.bool: ... return s + m`: the function takes either kind
         if inverted:
             role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
         position = scope.params.index(param) - (1 if scope.method else 0)
@@ -2037,6 +2074,12 @@ class Linter:
             if passed is not None:
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
+        for entry in roles:
+            passed = _role_argument(call, entry)
+            if passed is not None and entry.role in {"add", "mul"}:
+                self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
+        if self._mask_added_or_multiplied(call, name, by_role):
+            return
         keys, flags = by_role.get("key", []), by_role.get("causal", [])
         if any(self.value(k).cached for k in keys) and any(
                 is_true(f) or self.value(f).flag is True for f in flags):
@@ -2061,6 +2104,31 @@ class Linter:
                             f"diagonal, but {name}() fills where its mask is True: it masks "
                             "the past, not the future; use triu(..., diagonal=1)")
                 return
+
+    def _mask_added_or_multiplied(self, call: ast.Call, name: str,
+                                  by_role: dict[str, list[ast.expr]]) -> bool:
+        """A mask passed to a function (or module) of this file that adds the parameter to its
+        scores (a bool: MC509; a 0/1 mask: MC508) or multiplies its scores by it (an additive
+        mask: MC523). Reported at the argument: the caller passes the wrong kind of mask."""
+        for mask in by_role.get("add", []):
+            facts = self.value(mask)
+            if facts.dtype == "bool":
+                self.report("MC509", mask, f"{self._text(mask)} is a bool mask and {name}() adds "
+                            "it to its scores: True adds 1.0 and masks nothing; pass an additive "
+                            "mask (0 / -inf)")
+                return True
+            if self._added_zero_one(mask):
+                self.report("MC508", mask, f"{self._text(mask)} is a 0/1 mask and {name}() adds "
+                            "it to its scores: it adds 1 where it is 1 and masks nothing; turn "
+                            "it into 0/-inf first")
+                return True
+        for mask in by_role.get("mul", []):
+            facts = self.value(mask)
+            if facts.additive and facts.dtype != "bool" and not facts.zero_one:
+                self.report("MC523", mask, f"{self._text(mask)} is an additive mask (0 / -inf) "
+                            f"and {name}() multiplies its scores by it: -inf/NaN; add it instead")
+                return True
+        return False
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
@@ -2147,6 +2215,34 @@ class Linter:
         guarded = [b for b in branches if b]
         return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
                                      for b in guarded)
+
+
+def _dtype_tested(function: ast.AST | None, name: str) -> bool:
+    """Whether the function reads the dtype of `name` (`name.dtype`, `name.is_floating_point()`):
+    it handles masks of more than one kind."""
+    return function is not None and any(
+        isinstance(n, ast.Attribute) and n.attr in {"dtype", "is_floating_point"}
+        and isinstance(n.value, ast.Name) and n.value.id == name for n in ast.walk(function))
+
+
+def _container_class(value: ast.expr) -> str | None:
+    """`nn.ModuleList(Block(d) for _ in range(n))`, `nn.ModuleList([Block(d) for ...])`,
+    `nn.Sequential(*[Block(d) ...])`: the class every element is an instance of."""
+    if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
+            and len(value.args) == 1):
+        return None
+    arg = value.args[0]
+    if isinstance(arg, ast.Starred):
+        arg = arg.value
+    if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
+        made = [arg.elt]
+    elif isinstance(arg, ast.List):
+        made = list(arg.elts)
+    else:
+        return None
+    names = {m.func.id for m in made if isinstance(m, ast.Call) and isinstance(m.func, ast.Name)}
+    return names.pop() if len(names) == 1 and len(made) == sum(
+        isinstance(m, ast.Call) for m in made) else None
 
 
 def _not_none_test(test: ast.expr) -> str | None:

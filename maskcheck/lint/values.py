@@ -102,6 +102,9 @@ class Value:
     # ... the same for a function that may also return None: holds where a test of the name
     # bound to its call says the call gave a tensor (`if causal is not None:`).
     result_unless_none: Any = None
+    # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
+    # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
+    element_roles: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -192,9 +195,6 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
-    if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
-            node.value, ast.Name) and node.value.id == "self":
-        return lookup("self." + node.attr).number  # `self.mask_value = -1e10` in __init__
     return None
 
 

@@ -281,8 +281,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, q, k, v, past_k, head_mask):
         k = torch.cat((past_k, k), dim=-2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        s = (q @ k.transpose(-1, -2)).half()
-        return y, s.masked_fill(head_mask == 0, self.mask_value)
+        scores = (q @ k.transpose(-1, -2)).half()
+        return y, scores.masked_fill(head_mask == 0, self.mask_value)
 '''
 
 
@@ -450,4 +450,106 @@ def test_the_padding_positions_as_attention_mask_are_found(tmp_path: Path) -> No
 
 def test_the_real_tokens_as_attention_mask_are_silent(tmp_path: Path) -> None:
     fixed = PAD_AS_ATTENTION_MASK.replace("ids == self.pad_id", "ids != self.pad_id")
+    assert _found(tmp_path / "a.py", fixed) == []
+
+
+# huggingface/pytorch-image-models#2674: a helper adds whatever mask it gets to the scores; the
+# block's forward passes its own parameter on; the encoder calls every block of a ModuleList
+# with a bool mask by keyword.
+ADDED_THROUGH_LAYERS = '''import torch
+import torch.nn as nn
+
+
+def maybe_add_mask(scores, attn_mask=None):
+    return scores if attn_mask is None else scores + attn_mask
+
+
+class Block(nn.Module):
+    def forward(self, x, attn_mask=None):
+        attn = x @ x.transpose(-2, -1)
+        attn = maybe_add_mask(attn, attn_mask)
+        return attn.softmax(dim=-1) @ x
+
+
+class Encoder(nn.Module):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(depth))
+
+    def forward(self, x, patch_valid):
+        keep = patch_valid.bool()[:, None, :]
+        for blk in self.blocks:
+            x = blk(x, attn_mask=keep)
+        return x
+'''
+
+
+def test_a_bool_mask_reaching_an_addition_through_layers_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", ADDED_THROUGH_LAYERS) == [(24, "MC509")]
+
+
+def test_an_additive_mask_reaching_the_addition_is_silent(tmp_path: Path) -> None:
+    fixed = ADDED_THROUGH_LAYERS.replace(
+        "keep = patch_valid.bool()[:, None, :]",
+        "keep = torch.zeros(patch_valid.shape).masked_fill(~patch_valid.bool(), "
+        "float('-inf'))[:, None, :]")
+    assert _found(tmp_path / "a.py", fixed) == []
+    # a helper that checks the mask's dtype takes either kind
+    either = ADDED_THROUGH_LAYERS.replace(
+        "    return scores if attn_mask is None else scores + attn_mask",
+        "    if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
+        "        return scores.masked_fill(~attn_mask, float('-inf'))\n"
+        "    return scores if attn_mask is None else scores + attn_mask")
+    assert _found(tmp_path / "b.py", either) == []
+
+
+# jerryji1993/DNABERT#102 and ofirpress/attention_with_linear_biases#7: a mixin's method returns
+# the 0/1 mask that the layers add to their scores; a model's method returns an additive ALiBi
+# mask that a layer multiplies its weights by.
+MASKS_FROM_METHODS = '''import torch
+import torch.nn as nn
+
+
+class MaskMixin:
+    def get_extended_attention_mask(self, attention_mask):
+        extended = attention_mask[:, None, None, :].to(torch.float32)
+        return extended
+
+    def get_alibi_mask(self, n):
+        future = torch.triu(torch.full((n, n), float("-inf")), 1)
+        return future[None]
+
+
+class Layer(nn.Module):
+    def forward(self, hidden, attention_mask, alibi):
+        scores = hidden @ hidden.transpose(-1, -2) + attention_mask
+        weights = scores * alibi
+        return weights.softmax(-1) @ hidden
+
+
+class Model(nn.Module, MaskMixin):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Layer() for _ in range(depth)])
+
+    def forward(self, hidden, attention_mask):
+        extended = self.get_extended_attention_mask(attention_mask)
+        alibi = self.get_alibi_mask(hidden.shape[1])
+        for layer in self.layers:
+            hidden = layer(hidden, extended, alibi)
+        return hidden
+'''
+
+
+def test_masks_returned_by_methods_and_misused_by_layers_are_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", MASKS_FROM_METHODS) == [(31, "MC508")]
+    added = MASKS_FROM_METHODS.replace("        return extended\n",
+                                       "        return (1.0 - extended) * -10000.0\n")
+    assert _found(tmp_path / "b.py", added) == [(31, "MC523")]
+
+
+def test_masks_returned_by_methods_and_used_right_are_silent(tmp_path: Path) -> None:
+    fixed = MASKS_FROM_METHODS.replace("        return extended\n",
+                                       "        return (1.0 - extended) * -10000.0\n").replace(
+        "weights = scores * alibi", "weights = scores + alibi")
     assert _found(tmp_path / "a.py", fixed) == []
