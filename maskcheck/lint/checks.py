@@ -416,10 +416,11 @@ def _is_cache_update(node: ast.AST) -> bool:
 
 
 def _tensor_operand(node: ast.AST) -> bool:
-    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`."""
+    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`. A single capital
+    letter is a matrix in math-style code (ABMIL's attention logits `A`), not a constant."""
     if number(node) is not None or isinstance(node, ast.Attribute):
         return False
-    return not (isinstance(node, ast.Name) and node.id.isupper())
+    return not (isinstance(node, ast.Name) and node.id.isupper() and len(node.id) > 1)
 
 
 def _is_score_name(node: ast.AST) -> bool:
@@ -511,7 +512,16 @@ class Linter:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                 node.value.id == "self"):
             return self.lookup("self." + node.attr)
-        return describe(node, self.lookup)
+        facts = describe(node, self.lookup)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
+            # an additive mask plus a finite bias that is not the scores (ALiBi's
+            # `future_mask + alibi`) is still an additive mask: -inf stays -inf
+            for mask, bias in ((node.left, node.right), (node.right, node.left)):
+                other = describe(bias, self.lookup)
+                if describe(mask, self.lookup).additive and not other.additive and (
+                        other.dtype != "bool") and not self._is_scores(bias):
+                    return replace(facts, additive=True)
+        return facts
 
     def _text(self, node: ast.AST) -> str:
         """The node's own source text (cut at 40 characters), for messages and fixes."""
@@ -1048,8 +1058,9 @@ class Linter:
                 else UNKNOWN)
             if isinstance(function.result_unless_none, Value):
                 scope.maybe_none[name] = function.result_unless_none
-        if isinstance(value, ast.BinOp):
-            product = self._product_of(value)
+        product_node = value if isinstance(value, ast.BinOp) else _mul_call_as_binop(value)
+        if product_node is not None:
+            product = self._product_of(product_node)
             if product is not None:
                 scope.zeroed[name] = product  # `a = a * keep`: MC520 if `a` goes into softmax next
 
@@ -2215,6 +2226,19 @@ class Linter:
         guarded = [b for b in branches if b]
         return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
                                      for b in guarded)
+
+
+def _mul_call_as_binop(value: ast.expr) -> ast.BinOp | None:
+    """`torch.mul(a, m)` / `a.mul(m)` read as `a * m`."""
+    if not (isinstance(value, ast.Call) and call_name(value) == "mul" and not value.keywords):
+        return None
+    if is_module_call(value) and len(value.args) == 2:
+        left, right = value.args
+    elif not is_module_call(value) and len(value.args) == 1 and receiver(value) is not None:
+        left, right = receiver(value) or value, value.args[0]
+    else:
+        return None
+    return ast.copy_location(ast.BinOp(left, ast.Mult(), right), value)
 
 
 def _dtype_tested(function: ast.AST | None, name: str) -> bool:

@@ -553,3 +553,51 @@ def test_masks_returned_by_methods_and_used_right_are_silent(tmp_path: Path) -> 
                                        "        return (1.0 - extended) * -10000.0\n").replace(
         "weights = scores * alibi", "weights = scores + alibi")
     assert _found(tmp_path / "a.py", fixed) == []
+
+
+# georg-wolflein/good-features#1: ABMIL's attention logits `A` (a single capital letter is a
+# matrix there, not a constant) multiplied by the 0/1 instance mask with torch.mul.
+ABMIL = '''import torch
+import torch.nn.functional as F
+
+
+def pool(A: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    A = torch.mul(A, valid)
+    return F.softmax(A, dim=1)
+'''
+
+
+def test_a_mask_multiplied_into_single_letter_logits_with_torch_mul_is_found(
+        tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", ABMIL) == [(6, "MC520")]
+
+
+def test_a_fill_of_single_letter_logits_is_silent(tmp_path: Path) -> None:
+    fixed = ABMIL.replace("torch.mul(A, valid)", "A.masked_fill(~valid, float('-inf'))")
+    assert _found(tmp_path / "a.py", fixed) == []
+
+
+# baichuan-inc/Baichuan-13B#172: the future mask plus the ALiBi bias is still an additive mask;
+# multiplied into the weights it gives -inf/NaN.
+ALIBI = '''import torch
+
+
+def alibi_mask(slopes: torch.Tensor, n: int) -> torch.Tensor:
+    alibi = slopes[:, None, None] * torch.arange(n)[None, None, :]
+    future = torch.triu(torch.full((n, n), float("-inf")), 1)
+    return future[None] + alibi
+
+
+def attend(attn_weights: torch.Tensor, slopes: torch.Tensor) -> torch.Tensor:
+    mask = alibi_mask(slopes, attn_weights.shape[-1])
+    return (attn_weights * mask).softmax(-1)
+'''
+
+
+def test_an_alibi_mask_multiplied_into_the_weights_is_found(tmp_path: Path) -> None:
+    assert _found(tmp_path / "a.py", ALIBI) == [(12, "MC523")]
+
+
+def test_an_alibi_mask_added_to_the_weights_is_silent(tmp_path: Path) -> None:
+    fixed = ALIBI.replace("attn_weights * mask", "attn_weights + mask")
+    assert _found(tmp_path / "a.py", fixed) == []
