@@ -32,6 +32,16 @@ back to the line of the original file and compares:
                 mul, matmul, bmm)
   crlf          CRLF line endings
   notebook      an .ipynb: a markdown cell, then one code cell per top-level block
+  staticmethod  ... inside a `@staticmethod` of a plain class
+  classmethod   ... inside a `@classmethod` of a plain class
+  lightning     ... inside `training_step(self, batch, batch_idx)` of a LightningModule
+  async         ... inside `async def serve(request):`
+  loop          ... inside `for _step in range(3):`
+  main-guard    ... inside `if __name__ == "__main__":`
+  future        `from __future__ import annotations` after the module docstring
+  functional    `F.name(` -> `torch.nn.functional.name(` (the import stays)
+  nnf-alias     `import torch.nn.functional as nnf`, every `F.` -> `nnf.`
+  fill-keywords `x.masked_fill(m, v)` -> `x.masked_fill(mask=m, value=v)`
   combined      preamble + method + rename + crlf
 
 Per code it prints the marked bugs found on the right line / expected in every surroundings,
@@ -369,6 +379,33 @@ def notebook(source: str) -> Rewritten:
     return Rewritten(json.dumps(nb, indent=1), ".ipynb", where)
 
 
+def _regex(pattern: str, replacement: str) -> Transform:
+    rx = re.compile(pattern, re.MULTILINE)
+
+    def transform(source: str) -> Rewritten | None:
+        return _same_lines(rx.sub(replacement, source), source) if rx.search(source) else None
+    return transform
+
+
+def nnf_alias(source: str) -> Rewritten | None:
+    pattern = re.compile(r"^(\s*)import torch\.nn\.functional as F$", re.MULTILINE)
+    if not pattern.search(source):
+        return None
+    text = re.sub(r"\bF\.", "nnf.", pattern.sub(r"\1import torch.nn.functional as nnf", source))
+    return _same_lines(text, source)
+
+
+# `.masked_fill(a, b)` on one line, each argument without a comma outside one pair of brackets.
+_FILL_ARGS = re.compile(r"\.masked_fill(_?)\(([^(),]+(?:\([^()]*\))?[^(),]*), "
+                        r"([^(),]+(?:\([^()]*\))?)\)")
+
+
+def fill_keywords(source: str) -> Rewritten | None:
+    if not _FILL_ARGS.search(source):
+        return None
+    return _same_lines(_FILL_ARGS.sub(r".masked_fill\1(mask=\2, value=\3)", source), source)
+
+
 def _chain(*steps: Transform) -> Transform:
     def transform(source: str) -> Rewritten | None:
         where: dict[int, Place] = {n: n for n in range(1, source.count("\n") + 2)}
@@ -405,6 +442,18 @@ TRANSFORMS: dict[str, Transform] = {
     "method-form": method_form,
     "crlf": crlf,
     "notebook": notebook,
+    "staticmethod": _wrap(["class Masks:", "    @staticmethod", "    def build(inputs):"], 8),
+    "classmethod": _wrap(["class Masks:", "    @classmethod", "    def build(cls, inputs):"], 8),
+    "lightning": _wrap(["import lightning.pytorch as pl", "", "",
+                        "class Lit(pl.LightningModule):",
+                        "    def training_step(self, batch, batch_idx):"], 8),
+    "async": _wrap(["async def serve(request):"], 4),
+    "loop": _wrap(["for _step in range(3):"], 4),
+    "main-guard": _wrap(['if __name__ == "__main__":'], 4),
+    "future": _insert_after_header("from __future__ import annotations\n"),
+    "functional": _regex(r"\bF\.(?=[a-z_]+\()", "torch.nn.functional."),
+    "nnf-alias": nnf_alias,
+    "fill-keywords": fill_keywords,
 }
 TRANSFORMS["combined"] = _chain(TRANSFORMS["preamble"], TRANSFORMS["method"], rename, crlf)
 

@@ -2363,18 +2363,28 @@ def _inverted_operand(node: ast.AST) -> ast.AST | None:
 
 def _softmax_inputs(node: ast.AST | None) -> frozenset[str]:
     """The names a function (or module) passes to softmax: `s.softmax(-1)`, `F.softmax(s)`,
-    `torch.log_softmax(s, -1)`."""
+    `torch.log_softmax(s, -1)`, and each term of a sum it passes (`softmax(s + bias, -1)`,
+    `(s + m).softmax(-1)`): whatever is added there is added to the scores."""
     if node is None:
         return frozenset()
     names: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call) and call_name(sub) in {"softmax", "log_softmax"}:
             base = receiver(sub)
-            if base is not None and not is_module_call(sub) and isinstance(base, ast.Name):
-                names.add(base.id)
-            elif sub.args and isinstance(sub.args[0], ast.Name):
-                names.add(sub.args[0].id)
+            if base is not None and not is_module_call(sub):
+                names.update(_summed_names(base))
+            if sub.args:  # `F.softmax(s)`, and `self.softmax(s)` of an nn.Softmax
+                names.update(_summed_names(sub.args[0]))
     return frozenset(names)
+
+
+def _summed_names(node: ast.AST) -> list[str]:
+    """The plain names among the terms of `a + b + c` (or the one name `a`)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _summed_names(node.left) + _summed_names(node.right)
+    return []
 
 
 def _similarity_name(node: ast.AST) -> bool:

@@ -6,21 +6,14 @@ source next to the findings it must give, and its correct form next to none."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from maskcheck.conventions import declares_keep
-from maskcheck.lint.runner import lint_file
 
-ALL = frozenset(f"MC5{n:02d}" for n in range(1, 25))
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
 
-
-def _found(path: Path, source: str) -> list[tuple[int, str]]:
-    path.write_text(source)
-    report = lint_file(str(path), ALL)
-    assert report.error is None, report.error
-    return [(f.line, f.code) for f in report.findings]
 
 
 @pytest.mark.parametrize(("name", "keep"), [
@@ -49,17 +42,17 @@ def make_attend(padding_keep: torch.Tensor):
 '''
 
 
-def test_a_keep_mask_by_name_cast_to_float_for_sdpa_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", KEEP_TO_SDPA) == [(9, "MC508")]
+def test_a_keep_mask_by_name_cast_to_float_for_sdpa_is_found(found: Found) -> None:
+    assert found(KEEP_TO_SDPA) == [(9, "MC508")]
 
 
-def test_a_keep_mask_by_name_given_as_bool_or_turned_additive_is_silent(tmp_path: Path) -> None:
+def test_a_keep_mask_by_name_given_as_bool_or_turned_additive_is_silent(found: Found) -> None:
     as_bool = KEEP_TO_SDPA.replace("padding_keep.to(torch.float32)", "padding_keep.bool()")
     additive = KEEP_TO_SDPA.replace(
         "padding_keep.to(torch.float32)",
         "torch.zeros(padding_keep.shape).masked_fill(~padding_keep, float('-inf'))")
-    assert _found(tmp_path / "a.py", as_bool) == []
-    assert _found(tmp_path / "b.py", additive) == []
+    assert found(as_bool) == []
+    assert found(additive) == []
 
 
 # huggingface/transformers#205: the tokenizer's mask (1 = real token) bound to a name that says
@@ -77,21 +70,21 @@ def pointer_scores(attention_mask: torch.Tensor):
 '''
 
 
-def test_a_keep_mask_by_name_as_the_fill_condition_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", KEEP_AS_FILL) == [(8, "MC519")]
+def test_a_keep_mask_by_name_as_the_fill_condition_is_found(found: Found) -> None:
+    assert found(KEEP_AS_FILL) == [(8, "MC519")]
 
 
 @pytest.mark.parametrize("condition", ["~src_keep", "src_keep == 0", "src_keep.logical_not()"])
-def test_an_inverted_keep_mask_as_the_fill_condition_is_silent(tmp_path: Path,
+def test_an_inverted_keep_mask_as_the_fill_condition_is_silent(found: Found,
                                                               condition: str) -> None:
     source = KEEP_AS_FILL.replace("masked_fill(src_keep,", f"masked_fill({condition},")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
-def test_a_padding_mask_by_name_as_the_fill_condition_is_silent(tmp_path: Path) -> None:
+def test_a_padding_mask_by_name_as_the_fill_condition_is_silent(found: Found) -> None:
     source = KEEP_AS_FILL.replace("src_keep", "src_pad").replace(
         "attention_mask.unsqueeze(1).bool()", "attention_mask.unsqueeze(1) == 0")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
 # georg-wolflein/good-features PR #1: a 0/1 mask multiplied into the logits before softmax.
@@ -108,16 +101,16 @@ def masked_attention(pad_keep: torch.Tensor):
 '''
 
 
-def test_a_keep_mask_by_name_multiplied_into_logits_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", KEEP_TIMES_LOGITS) == [(7, "MC520")]
+def test_a_keep_mask_by_name_multiplied_into_logits_is_found(found: Found) -> None:
+    assert found(KEEP_TIMES_LOGITS) == [(7, "MC520")]
 
 
-def test_a_keep_mask_by_name_multiplied_after_softmax_is_silent(tmp_path: Path) -> None:
+def test_a_keep_mask_by_name_multiplied_after_softmax_is_silent(found: Found) -> None:
     source = KEEP_TIMES_LOGITS.replace(
         "        s *= pad_keep[:, None, :]\n        return s.softmax(-1)\n",
         "        p = s.softmax(-1) * pad_keep[:, None, :]\n"
         "        return p / p.sum(-1, keepdim=True)\n")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
 # mlwithme/TransformerTranslation#2/#6: `tokens != PAD` and `input_ids.ne(0)` are True at the
@@ -145,19 +138,19 @@ def attention_weights(q, k, input_ids):
 '''
 
 
-def test_keep_tests_on_token_ids_where_true_must_mean_padding_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", PAD_TESTS) == [(14, "MC511"), (20, "MC519")]
+def test_keep_tests_on_token_ids_where_true_must_mean_padding_are_found(found: Found) -> None:
+    assert found(PAD_TESTS) == [(14, "MC511"), (20, "MC519")]
 
 
-def test_padding_tests_on_token_ids_are_silent(tmp_path: Path) -> None:
+def test_padding_tests_on_token_ids_are_silent(found: Found) -> None:
     source = PAD_TESTS.replace("src != self.PAD_IDX", "src == self.PAD_IDX").replace(
         "input_ids.ne(0)", "input_ids.eq(0)")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
-def test_position_ids_compared_with_zero_are_no_padding_test(tmp_path: Path) -> None:
+def test_position_ids_compared_with_zero_are_no_padding_test(found: Found) -> None:
     source = PAD_TESTS.replace("input_ids", "position_ids")
-    assert _found(tmp_path / "a.py", source) == [(14, "MC511")]
+    assert found(source) == [(14, "MC511")]
 
 
 # ZikangZhou/HiVT#44 / hustvl/EVF-SAM#37: the default built like the token ids is an int64 mask,
@@ -180,16 +173,16 @@ class TextEncoder(nn.Module):
 '''
 
 
-def test_bitwise_not_on_a_mask_made_like_the_token_ids_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", LIKE_IDS) == [(14, "MC518")]
+def test_bitwise_not_on_a_mask_made_like_the_token_ids_is_found(found: Found) -> None:
+    assert found(LIKE_IDS) == [(14, "MC518")]
 
 
-def test_a_mask_made_like_the_token_ids_compared_with_zero_is_silent(tmp_path: Path) -> None:
+def test_a_mask_made_like_the_token_ids_compared_with_zero_is_silent(found: Found) -> None:
     fixed = LIKE_IDS.replace("~attention_mask", "attention_mask == 0")
     as_bool = LIKE_IDS.replace("torch.ones_like(input_ids)",
                                "torch.ones_like(input_ids, dtype=torch.bool)")
-    assert _found(tmp_path / "a.py", fixed) == []
-    assert _found(tmp_path / "b.py", as_bool) == []
+    assert found(fixed) == []
+    assert found(as_bool) == []
 
 
 # A bool mask added to a tensor that is scores by its use: the function softmaxes it.
@@ -208,16 +201,16 @@ def window_bias(n: int, w: int):
 '''
 
 
-def test_a_bool_added_to_a_tensor_that_goes_into_softmax_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BOOL_PLUS_SOFTMAXED) == [(9, "MC509")]
+def test_a_bool_added_to_a_tensor_that_goes_into_softmax_is_found(found: Found) -> None:
+    assert found(BOOL_PLUS_SOFTMAXED) == [(9, "MC509")]
 
 
-def test_a_bool_added_to_a_tensor_that_is_never_softmaxed_is_silent(tmp_path: Path) -> None:
+def test_a_bool_added_to_a_tensor_that_is_never_softmaxed_is_silent(found: Found) -> None:
     counted = BOOL_PLUS_SOFTMAXED.replace("return s.softmax(-1)", "return s.sum(-1)")
     filled = BOOL_PLUS_SOFTMAXED.replace("s += inside",
                                          "s = s.masked_fill(~inside, float('-inf'))")
-    assert _found(tmp_path / "a.py", counted) == []
-    assert _found(tmp_path / "b.py", filled) == []
+    assert found(counted) == []
+    assert found(filled) == []
 
 
 # A branch that returns leaves its bindings behind: the causal call after it runs only
@@ -236,18 +229,18 @@ def attend(q, k, v, cache=None, mask=None):
 
 
 def test_is_causal_after_a_branch_that_returned_with_the_cache_is_silent(
-        tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", EARLY_RETURN) == []
+        found: Found) -> None:
+    assert found(EARLY_RETURN) == []
 
 
 def test_is_causal_after_a_branch_that_falls_through_with_the_cache_is_found(
-        tmp_path: Path) -> None:
+        found: Found) -> None:
     source = EARLY_RETURN.replace(
         "        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n", "")
-    assert _found(tmp_path / "a.py", source) == [(9, "MC510")]
+    assert found(source) == [(9, "MC510")]
 
 
-def test_a_cache_bound_before_an_else_that_raises_is_still_seen(tmp_path: Path) -> None:
+def test_a_cache_bound_before_an_else_that_raises_is_still_seen(found: Found) -> None:
     source = '''import torch
 import torch.nn.functional as F
 
@@ -260,7 +253,7 @@ def attend(q, k, v, cache):
         raise ValueError("a cache is required")
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 '''
-    assert _found(tmp_path / "a.py", source) == [(11, "MC510")]
+    assert found(source) == [(11, "MC510")]
 
 
 # MC520 follows a name rebound by `:=` or by a closure's `nonlocal`.
@@ -280,18 +273,18 @@ def pool(a, lengths):
     "def fix():\n        nonlocal a\n        a = a.masked_fill(~keep, float('-inf'))\n    fix()",
 ])
 def test_a_product_rebound_by_walrus_or_nonlocal_before_softmax_is_silent(
-        tmp_path: Path, rebind: str) -> None:
-    assert _found(tmp_path / "a.py", REBOUND.replace("REBIND", rebind)) == []
+        found: Found, rebind: str) -> None:
+    assert found(REBOUND.replace("REBIND", rebind)) == []
 
 
-def test_a_product_bound_by_walrus_is_found(tmp_path: Path) -> None:
+def test_a_product_bound_by_walrus_is_found(found: Found) -> None:
     source = REBOUND.replace("    a = a * keep.float()\n    REBIND\n",
                              "    if (a := a * keep.float()) is None:\n        pass\n")
-    assert _found(tmp_path / "a.py", source) == [(6, "MC520")]
+    assert found(source) == [(6, "MC520")]
 
 
-def test_without_the_rebinding_the_product_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", REBOUND.replace("    REBIND\n", "")) == [(6, "MC520")]
+def test_without_the_rebinding_the_product_is_found(found: Found) -> None:
+    assert found(REBOUND.replace("    REBIND\n", "")) == [(6, "MC520")]
 
 
 # A @staticmethod helper called as self._fill(...): its callers are read against it, not
@@ -318,9 +311,9 @@ class HalfHead(torch.nn.Module):
 '''
 
 
-def test_a_staticmethod_called_only_with_float32_by_its_class_is_silent(tmp_path: Path) -> None:
+def test_a_staticmethod_called_only_with_float32_by_its_class_is_silent(found: Found) -> None:
     # Head's helper only ever gets float32 scores; HalfHead's gets half ones.
-    assert _found(tmp_path / "a.py", STATIC) == [(16, "MC501")]
+    assert found(STATIC) == [(16, "MC501")]
 
 
 # A helper of the file checked at its calls: lag-llama#81 (keys concatenated with the cache by
@@ -354,24 +347,24 @@ def greedy(x, n):
 '''
 
 
-def test_helper_calls_that_break_what_the_helper_does_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", HELPERS) == [(20, "MC510"), (25, "MC521")]
+def test_helper_calls_that_break_what_the_helper_does_are_found(found: Found) -> None:
+    assert found(HELPERS) == [(20, "MC510"), (25, "MC521")]
 
 
-def test_helper_calls_that_fit_what_the_helper_does_are_silent(tmp_path: Path) -> None:
+def test_helper_calls_that_fit_what_the_helper_does_are_silent(found: Found) -> None:
     source = HELPERS.replace("attend(q, k, v, True)", "attend(q, k, v, cache is None)").replace(
         "torch.triu(torch.ones((1, n, n)), diagonal=1).type(torch.int)",
         "(torch.triu(torch.ones((1, n, n)), diagonal=1) == 0).type(torch.int)")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
 def test_a_helper_that_fills_where_its_mask_is_true_wants_the_upper_triangle(
-        tmp_path: Path) -> None:
+        found: Found) -> None:
     source = HELPERS.replace("masked_fill(mask == 0,", "masked_fill(mask.bool(),")
-    assert _found(tmp_path / "a.py", source) == [(20, "MC510")]
+    assert found(source) == [(20, "MC510")]
     lower = source.replace("torch.triu(torch.ones((1, n, n)), diagonal=1).type(torch.int)",
                            "torch.ones(n, n, dtype=torch.bool).tril()")
-    assert _found(tmp_path / "b.py", lower) == [(20, "MC510"), (25, "MC521")]
+    assert found(lower) == [(20, "MC510"), (25, "MC521")]
 
 
 # huggingface/transformers#32195: the 2-D attention_mask expanded the way BERT's
@@ -389,24 +382,24 @@ class EagerAttention(nn.Module):
 '''
 
 
-def test_the_extended_hf_mask_added_without_inversion_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", EXTENDED) == [(9, "MC508")]
+def test_the_extended_hf_mask_added_without_inversion_is_found(found: Found) -> None:
+    assert found(EXTENDED) == [(9, "MC508")]
 
 
-def test_the_extended_hf_mask_turned_additive_first_is_silent(tmp_path: Path) -> None:
+def test_the_extended_hf_mask_turned_additive_first_is_silent(found: Found) -> None:
     source = EXTENDED.replace(
         "        scores = scores + ext\n",
         "        ext = (1.0 - ext) * torch.finfo(scores.dtype).min\n"
         "        scores = scores + ext\n")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
-def test_another_expansion_of_an_unknown_mask_is_not_read_as_hf(tmp_path: Path) -> None:
+def test_another_expansion_of_an_unknown_mask_is_not_read_as_hf(found: Found) -> None:
     # (N, 1, S, 1) or a mask of another name says nothing about HF's convention
     other_axes = EXTENDED.replace("[:, None, None, :]", "[:, None, :, None]")
     other_name = EXTENDED.replace("attention_mask", "attn_bias")
-    assert _found(tmp_path / "a.py", other_axes) == []
-    assert _found(tmp_path / "b.py", other_name) == []
+    assert found(other_axes) == []
+    assert found(other_name) == []
 
 
 # lucidrains/halonet-pytorch#4: the unfolded ones-mask is 1 at real pixels (a keep-mask), and
@@ -426,13 +419,13 @@ def halo_scores(sim: torch.Tensor, h: int, w: int, block: int, halo: int, heads:
 '''
 
 
-def test_an_unfolded_ones_mask_as_the_fill_condition_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", UNFOLDED) == [(11, "MC519")]
+def test_an_unfolded_ones_mask_as_the_fill_condition_is_found(found: Found) -> None:
+    assert found(UNFOLDED) == [(11, "MC519")]
 
 
-def test_an_unfolded_ones_mask_inverted_before_the_fill_is_silent(tmp_path: Path) -> None:
+def test_an_unfolded_ones_mask_inverted_before_the_fill_is_silent(found: Found) -> None:
     source = UNFOLDED.replace("mask = mask.bool()", "mask = ~mask.bool()")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
 
 
 # InseeFrLab/torchTextClassifiers PR #92: forward inverts its `attention_mask` before SDPA,
@@ -455,28 +448,28 @@ def classify(model: LabelAttention, tokenizer, texts, q, k, v):
 
 
 def test_forward_reading_its_attention_mask_inverted_is_found_where_it_does(
-        tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", LABEL_ATTENTION) == [(9, "MC511")]
+        found: Found) -> None:
+    assert found(LABEL_ATTENTION) == [(9, "MC511")]
 
 
-def test_an_instance_made_in_the_file_is_read_the_same_way(tmp_path: Path) -> None:
+def test_an_instance_made_in_the_file_is_read_the_same_way(found: Found) -> None:
     source = LABEL_ATTENTION.replace("def classify(model: LabelAttention, ",
                                      "def classify(").replace(
         "    batch = tokenizer", "    model = LabelAttention()\n    batch = tokenizer")
-    assert _found(tmp_path / "a.py", source) == [(9, "MC511")]
+    assert found(source) == [(9, "MC511")]
 
 
-def test_forward_given_the_padding_mask_it_expects_is_silent(tmp_path: Path) -> None:
+def test_forward_given_the_padding_mask_it_expects_is_silent(found: Found) -> None:
     fixed = LABEL_ATTENTION.replace("pad = attention_mask == 0", "pad = attention_mask.bool()")
     padding = LABEL_ATTENTION.replace('batch["attention_mask"])', 'batch["attention_mask"] == 0)')
     no_caller = LABEL_ATTENTION.split("\n\ndef classify")[0] + "\n"
-    assert _found(tmp_path / "a.py", fixed) == []
-    assert _found(tmp_path / "b.py", padding) == []
-    assert _found(tmp_path / "c.py", no_caller) == []
+    assert found(fixed) == []
+    assert found(padding) == []
+    assert found(no_caller) == []
 
 
 def test_a_keep_mask_passed_as_a_helpers_fill_condition_is_found_at_the_call(
-        tmp_path: Path) -> None:
+        found: Found) -> None:
     source = '''import torch
 
 
@@ -487,17 +480,17 @@ def fill(scores, pad):
 def run(scores, input_ids):
     return fill(scores, input_ids != 0)
 '''
-    assert _found(tmp_path / "a.py", source) == [(9, "MC519")]
-    assert _found(tmp_path / "b.py", source.replace("input_ids != 0", "input_ids == 0")) == []
+    assert found(source) == [(9, "MC519")]
+    assert found(source.replace("input_ids != 0", "input_ids == 0")) == []
 
 
 def test_an_instance_declared_by_annotation_at_module_level_is_read_the_same_way(
-        tmp_path: Path) -> None:
+        found: Found) -> None:
     head = LABEL_ATTENTION.split("\n\ndef classify")[0]
     source = head + ('\n\nmodel: LabelAttention\nq = k = v = torch.randn(1, 1, 2, 4)\n'
                      'batch = tokenizer(["a"], return_tensors="pt")\n'
                      'out = model(q, k, v, batch["attention_mask"])\n')
-    assert _found(tmp_path / "a.py", source) == [(9, "MC511")]
+    assert found(source) == [(9, "MC511")]
 
 
 # sglang 0.5.23's LTX-2 connector: a rank switch that rebinds the mask to a 4-D layout keeps
@@ -517,10 +510,10 @@ def attend(query, key, value, attention_mask=None):
 '''
 
 
-def test_a_rank_switch_of_the_mask_in_place_is_silent(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", RANK_SWITCH) == []
+def test_a_rank_switch_of_the_mask_in_place_is_silent(found: Found) -> None:
+    assert found(RANK_SWITCH) == []
     renamed = RANK_SWITCH.replace("attention_mask = attention_mask[:, None, None, :]",
                                   "ext = attention_mask[:, None, None, :]").replace(
         "attention_mask = attention_mask.to(dtype=query.dtype)",
         "attention_mask = ext.to(dtype=query.dtype)")
-    assert _found(tmp_path / "b.py", renamed) == [(12, "MC508")]
+    assert found(renamed) == [(12, "MC508")]

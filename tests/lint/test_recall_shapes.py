@@ -3,18 +3,11 @@ each bad source next to the findings it must give, and its correct form next to 
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
-from maskcheck.lint.runner import lint_file
-
-ALL = frozenset(f"MC5{n:02d}" for n in range(1, 25))
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
 
 
-def _found(path: Path, source: str) -> list[tuple[int, str]]:
-    path.write_text(source)
-    report = lint_file(str(path), ALL)
-    assert report.error is None, report.error
-    return [(f.line, f.code) for f in report.findings]
 
 
 # lag-llama's CausalSelfAttention (time-series-foundation-models/lag-llama#81): keys
@@ -43,20 +36,20 @@ LAG_LLAMA_FIXED = LAG_LLAMA.replace(
     "            return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n")
 
 
-def test_is_causal_after_a_conditional_cache_concatenation_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", LAG_LLAMA) == [(13, "MC510")]
+def test_is_causal_after_a_conditional_cache_concatenation_is_found(found: Found) -> None:
+    assert found(LAG_LLAMA) == [(13, "MC510")]
 
 
-def test_is_causal_on_the_branch_gated_by_the_cache_test_is_silent(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", LAG_LLAMA_FIXED) == []
+def test_is_causal_on_the_branch_gated_by_the_cache_test_is_silent(found: Found) -> None:
+    assert found(LAG_LLAMA_FIXED) == []
 
 
-def test_an_if_around_both_the_cache_and_the_call_does_not_hide_it(tmp_path: Path) -> None:
+def test_an_if_around_both_the_cache_and_the_call_does_not_hide_it(found: Found) -> None:
     # Code wrapped whole in one branch: the `if` is shared, so it says nothing about the cache.
     body = "".join("    " + line + "\n" if line else "\n" for line in LAG_LLAMA.splitlines()[3:])
     source = ("import torch\nimport torch.nn.functional as F\nfrom typing import TYPE_CHECKING\n"
               "if TYPE_CHECKING:\n    pass\nelse:\n" + body)
-    assert _found(tmp_path / "a.py", source) == [(16, "MC510")]
+    assert found(source) == [(16, "MC510")]
 
 
 # Llama-style static cache (meta-llama model.py) handed to SDPA with the causal flag.
@@ -75,12 +68,12 @@ class Attention(torch.nn.Module):
 '''
 
 
-def test_keys_read_from_a_static_cache_up_to_the_new_tokens_hold_the_cache(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", STATIC_CACHE) == [(12, "MC510")]
+def test_keys_read_from_a_static_cache_up_to_the_new_tokens_hold_the_cache(found: Found) -> None:
+    assert found(STATIC_CACHE) == [(12, "MC510")]
     # A window of the cache that does not end at the new tokens is not read as the cache.
     window = STATIC_CACHE.replace(": start_pos + seqlen]\n        values",
                                   ":seqlen]\n        values")
-    assert _found(tmp_path / "b.py", window) == []
+    assert found(window) == []
 
 
 # diffusers#14342 / onnxscript#580: a bool mask without a mask word in its name added to scores.
@@ -112,16 +105,43 @@ BOOL_FILLED = (BOOL_ADDED.replace("scores + keep", "scores.masked_fill(~keep, fl
                .replace("scores.add_(pad)", "scores.masked_fill_(pad, float('-inf'))"))
 
 
-def test_a_bool_mask_of_any_name_added_to_scores_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BOOL_ADDED) == [(8, "MC509"), (14, "MC509"), (20, "MC509")]
-    assert _found(tmp_path / "b.py", BOOL_FILLED) == []
+def test_a_bool_mask_of_any_name_added_to_scores_is_found(found: Found) -> None:
+    assert found(BOOL_ADDED) == [(8, "MC509"), (14, "MC509"), (20, "MC509")]
+    assert found(BOOL_FILLED) == []
 
 
-def test_a_bool_added_to_something_that_is_not_scores_is_not_reported(tmp_path: Path) -> None:
+def test_a_bool_added_to_something_that_is_not_scores_is_not_reported(found: Found) -> None:
     # Counting with bools (`total + is_pad`) is not attention.
     source = ("import torch\n\n\ndef count(ids, total):\n"
               "    is_pad = ids == 0\n    return total + is_pad\n")
-    assert _found(tmp_path / "a.py", source) == []
+    assert found(source) == []
+
+
+# A sum handed straight to softmax is scores plus a mask, whatever the scores are called
+# (`s`, `a`, `x` in a short reference implementation).
+BOOL_SUMMED_INTO_SOFTMAX = '''import math
+import torch
+
+
+def reference(q, k, v):
+    keep = torch.rand(6, 6) > 0.3
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return torch.softmax(s + keep, dim=-1) @ v
+
+
+def eager(a, keep4d):
+    return (a + keep4d.bool()).softmax(-1)
+'''
+
+
+def test_a_bool_added_in_the_sum_given_to_softmax_is_found(found: Found) -> None:
+    assert found(BOOL_SUMMED_INTO_SOFTMAX) == [(8, "MC509"), (12, "MC509")]
+    fixed = (BOOL_SUMMED_INTO_SOFTMAX
+             .replace("s + keep", "s.masked_fill(~keep, float('-inf'))")
+             .replace("a + keep4d.bool()", "a.masked_fill(~keep4d.bool(), float('-inf'))"))
+    assert found(fixed) == []
+    # A bool added to something that never reaches softmax is still not scores.
+    assert found("import torch\n\n\ndef count(ids, x):\n    return (x + (ids == 0)).sum()\n") == []
 
 
 # chatglm3-base-tuning#1: modeling_chatglm's `full_attention_mask -= padding_mask.unsqueeze(-1) - 1`
@@ -137,10 +157,10 @@ def get_masks(input_ids, pad_token_id):
 '''
 
 
-def test_a_bool_minus_a_number_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BOOL_MINUS) == [(7, "MC512")]
+def test_a_bool_minus_a_number_is_found(found: Found) -> None:
+    assert found(BOOL_MINUS) == [(7, "MC512")]
     fixed = BOOL_MINUS.replace("unsqueeze(-1) - 1", "unsqueeze(-1).int() - 1")
-    assert _found(tmp_path / "b.py", fixed) == []
+    assert found(fixed) == []
 
 
 # dotnet/TorchSharp#1135 (Python form) and a half causal-mask helper (spider-sql-finetune#1).
@@ -159,42 +179,42 @@ def make_causal_mask(n):
 '''
 
 
-def test_float32_extremes_into_half_tensors_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", HALF_FILLS) == [(7, "MC517"), (12, "MC517")]
+def test_float32_extremes_into_half_tensors_are_found(found: Found) -> None:
+    assert found(HALF_FILLS) == [(7, "MC517"), (12, "MC517")]
     fixed = HALF_FILLS.replace("torch.float32).max", "weight.dtype).max").replace(
         "torch.finfo(torch.float32).min", "torch.finfo(torch.float16).min")
-    assert _found(tmp_path / "b.py", fixed) == []
+    assert found(fixed) == []
     # The same float32 fill with no half dtype in sight stays silent.
     wide = HALF_FILLS.replace(".half()", ".float()").replace("dtype=torch.float16",
                                                              "dtype=torch.float32")
-    assert _found(tmp_path / "c.py", wide) == []
+    assert found(wide) == []
 
 
-def test_an_inverted_keep_mask_of_any_name_times_a_huge_negative_is_found(tmp_path: Path) -> None:
+def test_an_inverted_keep_mask_of_any_name_times_a_huge_negative_is_found(found: Found) -> None:
     # NVIDIA/apex#93: padding masked with -1e15, which float16 cannot hold.
     source = ("import torch\n\n\ndef pool(scores, keep):\n"
               "    scores = scores + (1.0 - keep.to(scores.dtype)) * -1e15\n"
               "    return scores.softmax(-1)\n")
-    assert _found(tmp_path / "a.py", source) == [(5, "MC501")]
-    assert _found(tmp_path / "b.py", source.replace("-1e15", "-1e4")) == []
+    assert found(source) == [(5, "MC501")]
+    assert found(source.replace("-1e15", "-1e4")) == []
     # The same factor times a probability is not a mask.
-    assert _found(tmp_path / "c.py", source.replace("(1.0 - keep.to(scores.dtype))", "p")) == []
+    assert found(source.replace("(1.0 - keep.to(scores.dtype))", "p")) == []
     # texar's beam search: `1.0 - finished.float()` is float32, so the product is too, and
     # float16 scores plus a float32 tensor give float32: nothing overflows.
-    assert _found(tmp_path / "d.py", source.replace("keep.to(scores.dtype)", "keep.float()")) == []
+    assert found(source.replace("keep.to(scores.dtype)", "keep.float()")) == []
 
 
-def test_minus_inf_written_through_triu_indices_with_offset_zero_is_found(tmp_path: Path) -> None:
+def test_minus_inf_written_through_triu_indices_with_offset_zero_is_found(found: Found) -> None:
     # pbloem/former#10: "an offset of 0 will create a row of all -inf" (NaN after softmax).
     source = ("import torch\nimport torch.nn.functional as F\n\n\ndef self_attention(x):\n"
               "    b, t, e = x.size()\n    dot = torch.bmm(x, x.transpose(1, 2))\n"
               "    indices = torch.triu_indices(t, t, offset=0)\n"
               "    dot[:, indices[0], indices[1]] = float('-inf')\n"
               "    return torch.bmm(F.softmax(dot, dim=2), x)\n")
-    assert _found(tmp_path / "a.py", source) == [(9, "MC503")]
-    assert _found(tmp_path / "b.py", source.replace("offset=0", "offset=1")) == []
+    assert found(source) == [(9, "MC503")]
+    assert found(source.replace("offset=0", "offset=1")) == []
     # Covariance code writes values, not a mask, through the same indices (speechbrain).
-    assert _found(tmp_path / "c.py", source.replace("float('-inf')", "0.5")) == []
+    assert found(source.replace("float('-inf')", "0.5")) == []
 
 
 # OpenNMT-py#1524: `1 - mask` on what OpenNMT's own sequence_mask helper returns (a bool).
@@ -213,11 +233,11 @@ def attend(align, memory_lengths):
 '''
 
 
-def test_a_helper_of_the_file_that_returns_a_comparison_gives_a_bool(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", SEQUENCE_MASK) == [(11, "MC512")]
-    assert _found(tmp_path / "b.py", SEQUENCE_MASK.replace("1 - mask", "~mask")) == []
+def test_a_helper_of_the_file_that_returns_a_comparison_gives_a_bool(found: Found) -> None:
+    assert found(SEQUENCE_MASK) == [(11, "MC512")]
+    assert found(SEQUENCE_MASK.replace("1 - mask", "~mask")) == []
     # A helper that may return something else (here None) says nothing about its calls.
     maybe = SEQUENCE_MASK.replace("    return torch.arange",
                                   "    if max_len is None:\n        return None\n"
                                   "    return torch.arange")
-    assert _found(tmp_path / "c.py", maybe) == []
+    assert found(maybe) == []
