@@ -8,18 +8,9 @@ its correct form next to none."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
-from maskcheck.lint.runner import lint_file
-
-ALL = frozenset(f"MC5{n:02d}" for n in range(1, 25))
-
-
-def _found(path: Path, source: str) -> list[tuple[int, str]]:
-    path.write_text(source)
-    report = lint_file(str(path), ALL)
-    assert report.error is None, report.error
-    return [(f.line, f.code) for f in report.findings]
+Found = Callable[..., list[tuple[int, str]]]  # the `found` fixture (conftest.py)
 
 
 # PaddlePaddle/PaddleFormers#4033: bitwise NOT on a 0/1 integer mask, spelled as a function.
@@ -33,14 +24,14 @@ def padding_of(batch, attention_mask: torch.Tensor):
 '''
 
 
-def test_bitwise_not_of_an_integer_mask_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BITWISE_NOT) == [(5, "MC518"), (6, "MC518")]
+def test_bitwise_not_of_an_integer_mask_is_found(found: Found) -> None:
+    assert found(BITWISE_NOT) == [(5, "MC518"), (6, "MC518")]
 
 
-def test_bitwise_not_of_a_bool_mask_is_silent(tmp_path: Path) -> None:
+def test_bitwise_not_of_a_bool_mask_is_silent(found: Found) -> None:
     fixed = BITWISE_NOT.replace('batch["attention_mask"])', 'batch["attention_mask"].bool())')
     fixed = fixed.replace(".long().bitwise_not()", ".bool().bitwise_not()")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # zai-org/GLM-4-Voice#182: arithmetic on a bool padding mask, as the method `.sub`.
@@ -55,13 +46,13 @@ def get_masks(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
 '''
 
 
-def test_sub_on_a_bool_mask_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BOOL_SUB) == [(7, "MC512")]
+def test_sub_on_a_bool_mask_is_found(found: Found) -> None:
+    assert found(BOOL_SUB) == [(7, "MC512")]
 
 
-def test_sub_on_an_int_mask_is_silent(tmp_path: Path) -> None:
+def test_sub_on_an_int_mask_is_silent(found: Found) -> None:
     fixed = BOOL_SUB.replace("input_ids.ne(pad_token_id)", "input_ids.ne(pad_token_id).int()")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # huggingface/lerobot#710: a float16 tensor filled with the float32 minimum via full_like.
@@ -75,13 +66,13 @@ def masked_logits(q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor) -> torch
 '''
 
 
-def test_full_like_of_a_half_tensor_with_the_float32_minimum_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", FULL_LIKE) == [(6, "MC517")]
+def test_full_like_of_a_half_tensor_with_the_float32_minimum_is_found(found: Found) -> None:
+    assert found(FULL_LIKE) == [(6, "MC517")]
 
 
-def test_full_like_with_the_tensors_own_minimum_is_silent(tmp_path: Path) -> None:
+def test_full_like_with_the_tensors_own_minimum_is_silent(found: Found) -> None:
     fixed = FULL_LIKE.replace("finfo(torch.float32)", "finfo(logits.dtype)")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # jingyaogong/minimind#497: attn_mask and is_causal=True, gathered in a dict first.
@@ -95,16 +86,16 @@ def attend(xq, xk, xv, attention_mask):
 '''
 
 
-def test_sdpa_arguments_spread_from_a_dict_are_read(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", SPREAD) == [(7, "MC506")]
+def test_sdpa_arguments_spread_from_a_dict_are_read(found: Found) -> None:
+    assert found(SPREAD) == [(7, "MC506")]
     literal = SPREAD.replace("dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=True)",
                              '{"attn_mask": attn_mask, "is_causal": True}')
-    assert _found(tmp_path / "b.py", literal) == [(7, "MC506")]
+    assert found(literal, "b.py") == [(7, "MC506")]
 
 
-def test_sdpa_arguments_spread_without_the_causal_flag_are_silent(tmp_path: Path) -> None:
+def test_sdpa_arguments_spread_without_the_causal_flag_are_silent(found: Found) -> None:
     fixed = SPREAD.replace(", is_causal=True", "")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # NVIDIA-NeMo/Automodel#2658, huggingface/transformers#27114: two finfo.min planes made by the
@@ -143,20 +134,18 @@ class Converter:
 '''
 
 
-def test_finfo_min_planes_returned_by_helpers_and_methods_and_added_are_found(
-        tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", PLANES) == [(12, "MC513"), (30, "MC513")]
+def test_finfo_min_planes_returned_by_helpers_and_methods_and_added_are_found(found: Found) -> None:
+    assert found(PLANES) == [(12, "MC513"), (30, "MC513")]
 
 
-def test_a_method_that_may_return_none_says_nothing_outside_a_not_none_test(
-        tmp_path: Path) -> None:
+def test_a_method_that_may_return_none_says_nothing_outside_a_not_none_test(found: Found) -> None:
     unguarded = PLANES.replace(
         "        if causal is not None:\n            expanded = causal + expanded\n",
         "        expanded = causal + expanded\n")
-    assert _found(tmp_path / "a.py", unguarded) == [(12, "MC513")]
+    assert found(unguarded) == [(12, "MC513")]
 
 
-def test_planes_combined_as_booleans_or_by_masked_fill_are_silent(tmp_path: Path) -> None:
+def test_planes_combined_as_booleans_or_by_masked_fill_are_silent(found: Found) -> None:
     fixed = PLANES.replace(
         "    causal_plane = _additive(causal_keep, dtype)[None, None]\n"
         "    padding_plane = _additive(attention_mask.bool(), dtype)[:, None, None, :]\n"
@@ -165,7 +154,7 @@ def test_planes_combined_as_booleans_or_by_masked_fill_are_silent(tmp_path: Path
         "    return _additive(keep, dtype)")
     fixed = fixed.replace("expanded = causal + expanded",
                           "expanded = causal.masked_fill(expanded.bool(), torch.finfo(dtype).min)")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # baichuan-inc/Baichuan-13B#172: the look-ahead triangle cut from a helper's all -inf matrix.
@@ -181,13 +170,13 @@ def future_mask(n: int) -> torch.Tensor:
 '''
 
 
-def test_triu_of_a_helpers_neg_inf_matrix_with_diagonal_0_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", NEG_INF_HELPER) == [(9, "MC503")]
+def test_triu_of_a_helpers_neg_inf_matrix_with_diagonal_0_is_found(found: Found) -> None:
+    assert found(NEG_INF_HELPER) == [(9, "MC503")]
 
 
-def test_triu_of_a_helpers_neg_inf_matrix_with_diagonal_1_is_silent(tmp_path: Path) -> None:
+def test_triu_of_a_helpers_neg_inf_matrix_with_diagonal_1_is_silent(found: Found) -> None:
     fixed = NEG_INF_HELPER.replace("torch.zeros([n, n])))", "torch.zeros([n, n])), 1)")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # jadore801120/attention-is-all-you-need-pytorch#148: a helper that returns `seq != pad_idx`
@@ -213,13 +202,13 @@ class Encoder(nn.Module):
 '''
 
 
-def test_a_helpers_real_token_test_as_key_padding_mask_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", PAD_HELPER) == [(17, "MC511")]
+def test_a_helpers_real_token_test_as_key_padding_mask_is_found(found: Found) -> None:
+    assert found(PAD_HELPER) == [(17, "MC511")]
 
 
-def test_a_helpers_padding_test_as_key_padding_mask_is_silent(tmp_path: Path) -> None:
+def test_a_helpers_padding_test_as_key_padding_mask_is_silent(found: Found) -> None:
     fixed = PAD_HELPER.replace("seq != pad_idx", "seq == pad_idx")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # lucidrains/x-transformers#164: a module that fills where its mask is True, given the
@@ -248,21 +237,21 @@ class Classifier(nn.Module):
 '''
 
 
-def test_a_keep_mask_passed_by_keyword_as_a_fill_condition_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", KEYWORD_MASK) == [(21, "MC519")]
+def test_a_keep_mask_passed_by_keyword_as_a_fill_condition_is_found(found: Found) -> None:
+    assert found(KEYWORD_MASK) == [(21, "MC519")]
 
 
-def test_the_padding_mask_passed_by_keyword_is_silent(tmp_path: Path) -> None:
+def test_the_padding_mask_passed_by_keyword_is_silent(found: Found) -> None:
     fixed = KEYWORD_MASK.replace("mask=attention_mask.bool()", "mask=attention_mask == 0")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
-def test_attention_mask_without_token_ids_beside_it_says_nothing(tmp_path: Path) -> None:
+def test_attention_mask_without_token_ids_beside_it_says_nothing(found: Found) -> None:
     # an inner layer's `attention_mask` may be additive already: no evidence without input_ids
     inner = KEYWORD_MASK.replace("input_ids: torch.Tensor, attention_mask",
                                  "hidden: torch.Tensor, attention_mask").replace(
         "self.embed(input_ids)", "hidden")
-    assert _found(tmp_path / "a.py", inner) == []
+    assert found(inner) == []
 
 
 # pytorch/pytorch#110144 (a causal flag kept as a constructor default, keys with a cache) and
@@ -286,14 +275,14 @@ class CausalSelfAttention(nn.Module):
 '''
 
 
-def test_constructor_defaults_read_back_from_self_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", DEFAULTS) == [(14, "MC510"), (16, "MC501")]
+def test_constructor_defaults_read_back_from_self_are_found(found: Found) -> None:
+    assert found(DEFAULTS) == [(14, "MC510"), (16, "MC501")]
 
 
-def test_constructor_defaults_that_are_safe_are_silent(tmp_path: Path) -> None:
+def test_constructor_defaults_that_are_safe_are_silent(found: Found) -> None:
     fixed = DEFAULTS.replace("causal: bool = True", "causal: bool = False").replace(
         "mask_value: float = -1e10", "mask_value: float = -1e4")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # TransformerLensOrg/TransformerLens#284: a boolean triangle with diagonal 0 (made by casting
@@ -313,13 +302,13 @@ def zero_upper(scores: torch.Tensor) -> torch.Tensor:
 '''
 
 
-def test_a_bool_triangle_with_diagonal_0_as_a_fill_condition_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", BOOL_TRIANGLE) == [(6, "MC503")]
+def test_a_bool_triangle_with_diagonal_0_as_a_fill_condition_is_found(found: Found) -> None:
+    assert found(BOOL_TRIANGLE) == [(6, "MC503")]
 
 
-def test_a_bool_triangle_with_diagonal_1_is_silent(tmp_path: Path) -> None:
+def test_a_bool_triangle_with_diagonal_1_is_silent(found: Found) -> None:
     fixed = BOOL_TRIANGLE.replace("ones.bool().triu()", "ones.bool().triu(1)")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # pytorch/pytorch#29820: a look-ahead mask made from zeros, cut in place, then filled `== 0`.
@@ -334,14 +323,14 @@ def future_mask(size: int) -> torch.Tensor:
 '''
 
 
-def test_a_zeros_matrix_cut_in_place_then_filled_where_zero_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", ZEROS_CUT) == [(7, "MC504")]
+def test_a_zeros_matrix_cut_in_place_then_filled_where_zero_is_found(found: Found) -> None:
+    assert found(ZEROS_CUT) == [(7, "MC504")]
 
 
-def test_a_ones_matrix_cut_in_place_then_filled_where_zero_is_silent(tmp_path: Path) -> None:
+def test_a_ones_matrix_cut_in_place_then_filled_where_zero_is_silent(found: Found) -> None:
     fixed = ZEROS_CUT.replace("torch.zeros(size, size)", "torch.ones(size, size)").replace(
         "triu_(1)", "tril_()")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # jadore801120/attention-is-all-you-need-pytorch#16: the attention probabilities zeroed in
@@ -360,13 +349,13 @@ class MultiHeadAttention(nn.Module):
 '''
 
 
-def test_an_in_place_fill_of_a_softmax_output_in_forward_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", SOFTMAX_INPLACE) == [(10, "MC505")]
+def test_an_in_place_fill_of_a_softmax_output_in_forward_is_found(found: Found) -> None:
+    assert found(SOFTMAX_INPLACE) == [(10, "MC505")]
 
 
-def test_an_out_of_place_fill_of_a_softmax_output_is_silent(tmp_path: Path) -> None:
+def test_an_out_of_place_fill_of_a_softmax_output_is_silent(found: Found) -> None:
     fixed = SOFTMAX_INPLACE.replace("attn.masked_fill_(", "attn = attn.masked_fill(")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
     # the in-place fill of the scores before softmax needs nothing autograd saved
     before = SOFTMAX_INPLACE.replace(
         '        attn = attn.masked_fill(key_pad[:, None, None, :], float("-inf"))\n', "").replace(
@@ -374,7 +363,7 @@ def test_an_out_of_place_fill_of_a_softmax_output_is_silent(tmp_path: Path) -> N
         "        attn.masked_fill_(query_pad[:, None, :, None], 0.0)\n",
         '        attn.masked_fill_(key_pad[:, None, None, :], float("-inf"))\n'
         "        attn = torch.softmax(attn, dim=-1)\n")
-    assert _found(tmp_path / "b.py", before) == []
+    assert found(before, "b.py") == []
 
 
 # pytorch/examples#784: nn.TransformerEncoder(src, mask, src_key_padding_mask) called
@@ -395,13 +384,13 @@ class Seq2Seq(nn.Module):
 '''
 
 
-def test_a_keep_mask_in_the_key_padding_position_of_an_encoder_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", ENCODER_POSITIONAL) == [(13, "MC502")]
+def test_a_keep_mask_in_the_key_padding_position_of_an_encoder_is_found(found: Found) -> None:
+    assert found(ENCODER_POSITIONAL) == [(13, "MC502")]
 
 
-def test_the_padding_mask_in_the_key_padding_position_is_silent(tmp_path: Path) -> None:
+def test_the_padding_mask_in_the_key_padding_position_is_silent(found: Found) -> None:
     fixed = ENCODER_POSITIONAL.replace("attention_mask.bool())", "attention_mask == 0)")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # open-lm-engine/lm-engine#498: a causal flag that is True whenever no mask is given, on keys
@@ -419,14 +408,14 @@ def attend(q, k, v, past, attention_mask=None, causal=True):
 '''
 
 
-def test_a_causal_flag_true_on_one_path_with_cached_keys_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", CONDITIONAL_FLAG) == [(10, "MC510")]
+def test_a_causal_flag_true_on_one_path_with_cached_keys_is_found(found: Found) -> None:
+    assert found(CONDITIONAL_FLAG) == [(10, "MC510")]
 
 
-def test_a_conditional_flag_without_a_cache_is_silent(tmp_path: Path) -> None:
+def test_a_conditional_flag_without_a_cache_is_silent(found: Found) -> None:
     fixed = CONDITIONAL_FLAG.replace("    k = torch.cat([past[0], k], dim=2)\n", "").replace(
         "    v = torch.cat([past[1], v], dim=2)\n", "")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # nyu-mll/jiant#465: BERT given the padding positions as its attention_mask (1 = real token).
@@ -444,13 +433,13 @@ class Probe(nn.Module):
 '''
 
 
-def test_the_padding_positions_as_attention_mask_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", PAD_AS_ATTENTION_MASK) == [(11, "MC511")]
+def test_the_padding_positions_as_attention_mask_are_found(found: Found) -> None:
+    assert found(PAD_AS_ATTENTION_MASK) == [(11, "MC511")]
 
 
-def test_the_real_tokens_as_attention_mask_are_silent(tmp_path: Path) -> None:
+def test_the_real_tokens_as_attention_mask_are_silent(found: Found) -> None:
     fixed = PAD_AS_ATTENTION_MASK.replace("ids == self.pad_id", "ids != self.pad_id")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # huggingface/pytorch-image-models#2674: a helper adds whatever mask it gets to the scores; the
@@ -484,23 +473,23 @@ class Encoder(nn.Module):
 '''
 
 
-def test_a_bool_mask_reaching_an_addition_through_layers_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", ADDED_THROUGH_LAYERS) == [(24, "MC509")]
+def test_a_bool_mask_reaching_an_addition_through_layers_is_found(found: Found) -> None:
+    assert found(ADDED_THROUGH_LAYERS) == [(24, "MC509")]
 
 
-def test_an_additive_mask_reaching_the_addition_is_silent(tmp_path: Path) -> None:
+def test_an_additive_mask_reaching_the_addition_is_silent(found: Found) -> None:
     fixed = ADDED_THROUGH_LAYERS.replace(
         "keep = patch_valid.bool()[:, None, :]",
         "keep = torch.zeros(patch_valid.shape).masked_fill(~patch_valid.bool(), "
         "float('-inf'))[:, None, :]")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
     # a helper that checks the mask's dtype takes either kind
     either = ADDED_THROUGH_LAYERS.replace(
         "    return scores if attn_mask is None else scores + attn_mask",
         "    if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
         "        return scores.masked_fill(~attn_mask, float('-inf'))\n"
         "    return scores if attn_mask is None else scores + attn_mask")
-    assert _found(tmp_path / "b.py", either) == []
+    assert found(either, "b.py") == []
 
 
 # jerryji1993/DNABERT#102 and ofirpress/attention_with_linear_biases#7: a mixin's method returns
@@ -541,18 +530,18 @@ class Model(nn.Module, MaskMixin):
 '''
 
 
-def test_masks_returned_by_methods_and_misused_by_layers_are_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", MASKS_FROM_METHODS) == [(31, "MC508")]
+def test_masks_returned_by_methods_and_misused_by_layers_are_found(found: Found) -> None:
+    assert found(MASKS_FROM_METHODS) == [(31, "MC508")]
     added = MASKS_FROM_METHODS.replace("        return extended\n",
                                        "        return (1.0 - extended) * -10000.0\n")
-    assert _found(tmp_path / "b.py", added) == [(31, "MC523")]
+    assert found(added, "b.py") == [(31, "MC523")]
 
 
-def test_masks_returned_by_methods_and_used_right_are_silent(tmp_path: Path) -> None:
+def test_masks_returned_by_methods_and_used_right_are_silent(found: Found) -> None:
     fixed = MASKS_FROM_METHODS.replace("        return extended\n",
                                        "        return (1.0 - extended) * -10000.0\n").replace(
         "weights = scores * alibi", "weights = scores + alibi")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # georg-wolflein/good-features#1: ABMIL's attention logits `A` (a single capital letter is a
@@ -567,14 +556,13 @@ def pool(A: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 '''
 
 
-def test_a_mask_multiplied_into_single_letter_logits_with_torch_mul_is_found(
-        tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", ABMIL) == [(6, "MC520")]
+def test_a_mask_multiplied_into_single_letter_logits_with_torch_mul_is_found(found: Found) -> None:
+    assert found(ABMIL) == [(6, "MC520")]
 
 
-def test_a_fill_of_single_letter_logits_is_silent(tmp_path: Path) -> None:
+def test_a_fill_of_single_letter_logits_is_silent(found: Found) -> None:
     fixed = ABMIL.replace("torch.mul(A, valid)", "A.masked_fill(~valid, float('-inf'))")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
 
 
 # baichuan-inc/Baichuan-13B#172: the future mask plus the ALiBi bias is still an additive mask;
@@ -594,10 +582,10 @@ def attend(attn_weights: torch.Tensor, slopes: torch.Tensor) -> torch.Tensor:
 '''
 
 
-def test_an_alibi_mask_multiplied_into_the_weights_is_found(tmp_path: Path) -> None:
-    assert _found(tmp_path / "a.py", ALIBI) == [(12, "MC523")]
+def test_an_alibi_mask_multiplied_into_the_weights_is_found(found: Found) -> None:
+    assert found(ALIBI) == [(12, "MC523")]
 
 
-def test_an_alibi_mask_added_to_the_weights_is_silent(tmp_path: Path) -> None:
+def test_an_alibi_mask_added_to_the_weights_is_silent(found: Found) -> None:
     fixed = ALIBI.replace("attn_weights * mask", "attn_weights + mask")
-    assert _found(tmp_path / "a.py", fixed) == []
+    assert found(fixed) == []
