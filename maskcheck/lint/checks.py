@@ -1261,6 +1261,8 @@ class Linter:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
             if self._is_scores(other) and not self._is_scores(mask_node):
                 self._note_role(mask_node, "add")  # `scores + attention_mask`: a parameter
+            elif self.value(other).finfo_min and not clamped:
+                self._note_role(mask_node, "addmin")  # `mask += padding_at_finfo_min`
         left, right = self.value(node.left), self.value(node.right)
         if left.finfo_min and right.finfo_min and not clamped:
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
@@ -1596,6 +1598,8 @@ class Linter:
         target_dtype = None if target is None else self.value(target).dtype
         if target_dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        if target_dtype == "bool" and where in {"masked_fill", "masked_fill_"}:
+            return  # a bool tensor filled with -9e15 holds True: no float16 ever sees it (MC509)
         if target_dtype is None and isinstance(target, ast.expr) and names_log_sum_exp(
                 _inplace_base(target)):
             return  # a kernel's log-sum-exp is float32 (sglang's `lse.masked_fill_(e, -1e30)`)
@@ -2063,7 +2067,7 @@ class Linter:
         if found is None:
             return
         param, inverted = found
-        if role in {"add", "mul"} and _dtype_tested(scope.node, param):
+        if role in {"add", "mul", "addmin"} and _dtype_tested(scope.node, param):
             return  # `if m.dtype == torch.bool: ... return s + m`: the function takes either kind
         if inverted:
             role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
@@ -2087,7 +2091,7 @@ class Linter:
         self._keep_mask_read_as_drop(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
-            if passed is not None and entry.role in {"add", "mul"}:
+            if passed is not None and entry.role in {"add", "mul", "addmin"}:
                 self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
         if self._mask_added_or_multiplied(call, name, by_role):
             return
@@ -2132,6 +2136,13 @@ class Linter:
                 self.report("MC508", mask, f"{self._text(mask)} is a 0/1 mask and {name}() adds "
                             "it to its scores: it adds 1 where it is 1 and masks nothing; turn "
                             "it into 0/-inf first")
+                return True
+        for mask in by_role.get("addmin", []):
+            if self.value(mask).finfo_min:
+                self.report("MC513", mask, f"{self._text(mask)} is filled with finfo.min and "
+                            f"{name}() adds another finfo.min mask to it: the sum overflows to "
+                            "-inf and a fully masked row becomes NaN; combine them with "
+                            "masked_fill or a bool mask")
                 return True
         for mask in by_role.get("mul", []):
             facts = self.value(mask)

@@ -589,3 +589,49 @@ def test_an_alibi_mask_multiplied_into_the_weights_is_found(found: Found) -> Non
 def test_an_alibi_mask_added_to_the_weights_is_silent(found: Found) -> None:
     fixed = ALIBI.replace("attn_weights * mask", "attn_weights + mask")
     assert found(fixed) == []
+
+
+# open-mmlab/mmdetection#12351: a bool mask "filled" with -9e15 stays bool (True everywhere it
+# was filled); the fill itself never meets a float16 tensor, so no MC501 there.
+FILLED_BOOL = '''import torch
+
+
+def fuse(attn_weights: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    attention_mask = torch.arange(attn_weights.shape[-1])[None, :] < lengths[:, None]
+    attention_mask = attention_mask.masked_fill(attention_mask == 0, -9e15)
+    attn_weights = attn_weights + attention_mask[:, None, :]
+    return attn_weights.softmax(dim=-1)
+'''
+
+
+def test_a_large_fill_of_a_bool_mask_is_the_added_bool_not_an_overflow(found: Found) -> None:
+    assert found(FILLED_BOOL) == [(7, "MC509")]
+
+
+# huggingface/transformers#17306: a helper adds a finfo.min padding plane into the finfo.min
+# causal mask it is given.
+ADD_PADDING = '''import torch
+
+
+def add_padding(mask, attention_mask, dtype):
+    padding = torch.zeros(attention_mask.shape, dtype=dtype).masked_fill(
+        attention_mask == 0, torch.finfo(dtype).min)
+    mask += padding[:, None, None, :]
+    return mask
+
+
+def build(attention_mask, n, dtype):
+    causal = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None]
+    return add_padding(causal, attention_mask, dtype)
+'''
+
+
+def test_a_finfo_min_mask_given_to_a_helper_that_adds_another_is_found(found: Found) -> None:
+    assert found(ADD_PADDING) == [(13, "MC513")]
+
+
+def test_a_zero_mask_given_to_that_helper_is_silent(found: Found) -> None:
+    fixed = ADD_PADDING.replace(
+        "torch.full((n, n), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None]",
+        "torch.zeros((1, 1, n, n), dtype=dtype)")
+    assert found(fixed) == []
