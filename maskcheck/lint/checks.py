@@ -465,6 +465,8 @@ class Linter:
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
         # Classes of this file -> what their methods return, as `self.<method>` values.
         self._class_attrs: dict[str, dict[str, Value]] = {}
+        # Names of the functions, methods and classes this file defines (see `run`).
+        self._local_defs: set[str] = set()
         self._roles_known = False  # whether any function or class above has `_Role`s
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
@@ -564,6 +566,8 @@ class Linter:
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
+        self._local_defs = {node.name for node in ast.walk(tree) if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
@@ -979,6 +983,9 @@ class Linter:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                value.func.id in self._local_defs) and not facts.module:
+            facts = replace(facts, module=value.func.id)  # an instance of a class of this file
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
@@ -1658,7 +1665,7 @@ class Linter:
                     self._key_padding_value(kw.value, kw.arg)
         padding = kwarg(call, "attention_mask")
         if padding is not None and self.value(padding).hf_keep_inverted and not self.value(
-                padding).hf_keep and not self._reads_as_padding(call, "attention_mask"):
+                padding).hf_keep and not self._defined_here(call):
             # `model(ids, attention_mask=(ids == pad_id).long())` (nyu-mll/jiant#465): the
             # Hugging Face argument means 1 = real token
             self.report("MC511", padding, f"{self._text(padding)} is 1 at the padding, but "
@@ -1671,15 +1678,16 @@ class Linter:
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
 
-    def _reads_as_padding(self, call: ast.Call, param: str) -> bool:
-        """Whether the function (or module) of this file that the call reaches reads its
-        parameter `param` as True = masked (a `_Role` drop-*)."""
+    def _defined_here(self, call: ast.Call) -> bool:
+        """Whether the call reaches a function, method or class of this file (or an instance of
+        one): code that may keep its own convention for a parameter's name (OFA's decoder in
+        mmpretrain takes `attention_mask` as True = padding)."""
         func = call.func
-        callee = func.id if isinstance(func, ast.Name) else (
-            "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
-                func.value, ast.Name) and func.value.id == "self" else None)
-        roles = self.lookup(callee).param_roles if callee is not None else ()
-        return any(r.param == param and r.role.startswith("drop") for r in roles)
+        if isinstance(func, ast.Name):
+            return func.id in self._local_defs
+        if isinstance(func, ast.Attribute):
+            return func.attr in self._local_defs or self.value(func).module in self._local_defs
+        return False
 
     def _is_mha(self, call: ast.Call) -> bool:
         if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:

@@ -635,3 +635,15 @@ def test_a_zero_mask_given_to_that_helper_is_silent(found: Found) -> None:
         "torch.full((n, n), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None]",
         "torch.zeros((1, 1, n, n), dtype=dtype)")
     assert found(fixed) == []
+
+
+def test_padding_positions_given_to_a_module_of_the_file_are_its_own_convention(
+        found: Found) -> None:
+    # mmpretrain's OFA decoder is defined in the same file and reads attention_mask as True =
+    # padding: the caller follows the module's own convention
+    own = PAD_AS_ATTENTION_MASK.replace(
+        "import torch.nn as nn\n",
+        "import torch.nn as nn\n\n\nclass Decoder(nn.Module):\n"
+        "    def forward(self, ids, token_type_ids=None, attention_mask=None):\n"
+        "        return ids\n").replace("self.bert = bert", "self.bert = Decoder()")
+    assert found(own) == []
