@@ -1,10 +1,10 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|fresh3|fresh4|all]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|fresh3|fresh4|fresh6|all]
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
-The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in the
-"dev", "heldout", "fresh", "fresh2", "fresh3" or "fresh4" set); what is missing is downloaded into
+The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in a
+set: "dev", "heldout", "fresh", "fresh2", ...; see --set); what is missing is downloaded into
 benchmarks/_work/ (git-ignored) and checked against its sha256. A GitHub code base is pinned by
 its repository and commit instead: its archive comes from codeload.github.com for that commit
 (the bytes of GitHub's archives are not stable, so no sha256; the commit names the tree).
@@ -249,7 +249,7 @@ def print_table(title: str, findings: list[Finding], verdicts: dict[str, str]) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4",
-                                       "all"], default="dev")
+                                       "fresh6", "all"], default="dev")
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
