@@ -634,7 +634,11 @@ class Linter:
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
         self.scope.assigned.add(node.name)
-        scope = _Scope("class", name=node.name, node=node)
+        # A torch.autograd.Function runs its forward with grad disabled: in-place fills there
+        # break nothing (DeBERTa's XSoftmax zeroes its softmax output in place, then saves it).
+        scope = _Scope("class", name=node.name, node=node, no_grad=self.scope.no_grad or any(
+            (dotted(base) or "").split(".")[-1] == "Function" and "autograd" in (
+                dotted(base) or "autograd") for base in node.bases))
         for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
             if isinstance(base, ast.Name) and base.id in self._class_attrs:
                 scope.values.update(self._class_attrs[base.id])

@@ -647,3 +647,21 @@ def test_padding_positions_given_to_a_module_of_the_file_are_its_own_convention(
         "    def forward(self, ids, token_type_ids=None, attention_mask=None):\n"
         "        return ids\n").replace("self.bert = bert", "self.bert = Decoder()")
     assert found(own) == []
+
+
+def test_an_in_place_fill_in_an_autograd_function_forward_is_silent(found: Found) -> None:
+    # DeBERTa's XSoftmax (a torch.autograd.Function): its forward runs with grad disabled
+    xsoftmax = '''import torch
+
+
+class XSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(self, input, mask, dim):
+        rmask = ~(mask.to(torch.bool))
+        output = input.masked_fill(rmask, float("-inf"))
+        output = torch.softmax(output, dim)
+        output.masked_fill_(rmask, 0)
+        self.save_for_backward(output)
+        return output
+'''
+    assert found(xsoftmax) == []
