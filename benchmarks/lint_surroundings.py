@@ -1,6 +1,7 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|all] [--show N]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|heldout4|all]
+                                           [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
 markers and their `*_ok.py` twins), rewrites it the way real code bases hold the same code, runs
@@ -24,7 +25,8 @@ back to the line of the original file and compares:
   torch-alias   `import torch as th`, `torch.x` -> `th.x`
   rename        local names renamed within their kind (mask -> attn_mask, scores -> attn_scores,
                 key_padding_mask -> src_key_padding_mask, q/k/v -> query/key_states/value_states,
-                ...); attribute names, keywords and strings are left alone
+                ...); attribute names, keywords and strings are left alone, and so is a
+                parameter that a call of the file passes by keyword
   annotated     `name = value` -> `name: "torch.Tensor" = value`
   method-form   `torch.triu(m, 1)` -> `(m).triu(1)` and the like (triu, tril, masked_fill, add,
                 mul, matmul, bmm)
@@ -201,7 +203,12 @@ def rename(source: str) -> Rewritten | None:
         a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)} | {
         n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | {
         k.arg for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg}
-    renames = {old: new for old, new in RENAMES.items() if new not in used}
+    # A parameter that some call passes by keyword (`self.attn(x, mask=keep)`) keeps its name:
+    # renaming it and not the keyword would break the call.
+    by_keyword = {k.arg for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg} & {
+        a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    renames = {old: new for old, new in RENAMES.items()
+               if new not in used and old not in by_keyword}
     spots: list[tuple[int, int, int, str]] = []  # line, byte col, byte end, new name
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in renames:
@@ -571,7 +578,7 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "all"],
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4", "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()

@@ -50,6 +50,7 @@ from maskcheck.lint.values import (
     receiver,
     root_name,
     self_attr,
+    token_ids_name,
 )
 
 MASK_KWARGS = frozenset(
@@ -79,6 +80,19 @@ _SIM_TOKENS = frozenset({"sim", "sims", "similarity", "similarities", "cos"})
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
+# Positional arguments of torch's attention modules: key padding masks (True = padding) by
+# position and the name the documentation gives them, then the bool attn_mask positions.
+_MODULE_MASK_POSITIONS: dict[str, tuple[dict[int, str], tuple[int, ...]]] = {
+    "MultiheadAttention": ({_MHA_KEY_PADDING_INDEX: "key_padding_mask"},
+                           (_MHA_ATTN_MASK_INDEX,)),
+    "TransformerEncoder": ({2: "src_key_padding_mask"}, (1,)),
+    "TransformerEncoderLayer": ({2: "src_key_padding_mask"}, (1,)),
+    "TransformerDecoder": ({4: "tgt_key_padding_mask", 5: "memory_key_padding_mask"}, (2, 3)),
+    "TransformerDecoderLayer": ({4: "tgt_key_padding_mask", 5: "memory_key_padding_mask"},
+                                (2, 3)),
+    "Transformer": ({5: "src_key_padding_mask", 6: "tgt_key_padding_mask",
+                     7: "memory_key_padding_mask"}, (2, 3, 4)),
+}
 # Roots of GPU-kernel languages written in Python syntax (Triton, CuTe DSL, TileLang, Numba,
 # Pallas, Helion): a function they decorate is not torch code (`1 - mask` on a Triton int1
 # tensor is valid Triton; vllm's minimax_m3 index_topk kernels).
@@ -86,6 +100,8 @@ _KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "numba", "nb", "pl
 # ... and the last names of their decorators under another root (`@cuda.jit`, `@T.prim_func`),
 # never under torch's (`@torch.jit.script` is TorchScript: torch code).
 _KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel", "prim_func"})
+# Functions whose backward reads their output: filling it in place breaks autograd (MC505).
+_SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
@@ -145,6 +161,7 @@ class _Scope:
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
+    returns_none: bool = False  # function scopes: some return gives None (`return None`, `return`)
     node: ast.AST | None = None  # the function (or module) whose body this scope reads
     # Names this scope hands to softmax somewhere (read on demand): score tensors by their use.
     softmax_inputs: frozenset[str] | None = None
@@ -155,6 +172,12 @@ class _Scope:
     # Function scopes: name -> the expression it was bound to, read only when a role asks
     # whether the name is a parameter as it is or inverted (`pad = attention_mask == 0`).
     derived: dict[str, ast.expr] = field(default_factory=dict)
+    # Function scopes: parameter -> its default when that is a constant (`causal=True`,
+    # `mask_value=-1e10`).
+    defaults: dict[str, ast.expr] = field(default_factory=dict)
+    # Names bound to a call of a function that may return None -> what it gives otherwise
+    # (see `Value.result_unless_none`), read under `if name is not None:`.
+    maybe_none: dict[str, Value] = field(default_factory=dict)
 
 
 class _Role(NamedTuple):
@@ -393,10 +416,11 @@ def _is_cache_update(node: ast.AST) -> bool:
 
 
 def _tensor_operand(node: ast.AST) -> bool:
-    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`."""
+    """Not a scalar: no number, no CONSTANT, no attribute like `self.scaling`. A single capital
+    letter is a matrix in math-style code (ABMIL's attention logits `A`), not a constant."""
     if number(node) is not None or isinstance(node, ast.Attribute):
         return False
-    return not (isinstance(node, ast.Name) and node.id.isupper())
+    return not (isinstance(node, ast.Name) and node.id.isupper() and len(node.id) > 1)
 
 
 def _is_score_name(node: ast.AST) -> bool:
@@ -435,8 +459,14 @@ class Linter:
         self._joins: dict[int, dict[str, ast.Assign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
+        # `if x is not None:` over a name in `_Scope.maybe_none`: the If -> x's value before.
+        self._unset: dict[int, Value | None] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
+        # Classes of this file -> what their methods return, as `self.<method>` values.
+        self._class_attrs: dict[str, dict[str, Value]] = {}
+        # Names of the functions, methods and classes this file defines (see `run`).
+        self._local_defs: set[str] = set()
         self._roles_known = False  # whether any function or class above has `_Role`s
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
@@ -484,7 +514,16 @@ class Linter:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                 node.value.id == "self"):
             return self.lookup("self." + node.attr)
-        return describe(node, self.lookup)
+        facts = describe(node, self.lookup)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
+            # an additive mask plus a finite bias that is not the scores (ALiBi's
+            # `future_mask + alibi`) is still an additive mask: -inf stays -inf
+            for mask, bias in ((node.left, node.right), (node.right, node.left)):
+                other = describe(bias, self.lookup)
+                if describe(mask, self.lookup).additive and not other.additive and (
+                        other.dtype != "bool") and not self._is_scores(bias):
+                    return replace(facts, additive=True)
+        return facts
 
     def _text(self, node: ast.AST) -> str:
         """The node's own source text (cut at 40 characters), for messages and fixes."""
@@ -527,6 +566,8 @@ class Linter:
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
+        self._local_defs = {node.name for node in ast.walk(tree) if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
@@ -564,7 +605,7 @@ class Linter:
         bind = self._push_bind
         return {
             ast.Call: lambda n, p, s: self._call(n, p),
-            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: bind,
+            ast.Assign: bind, ast.AnnAssign: bind, ast.AugAssign: bind, ast.For: self._enter_for,
             ast.AsyncFor: bind, ast.Import: bind, ast.ImportFrom: bind, ast.NamedExpr: bind,
             ast.Global: self._declare_outer, ast.Nonlocal: self._declare_outer,
             ast.BinOp: lambda n, p, s: self._binop(n, p),
@@ -582,10 +623,26 @@ class Linter:
         # Bound after the right-hand side is read: `mask = torch.triu(mask)` reads the old one.
         stack.append((_Exit("bind", node), None))
 
+    def _enter_for(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
+        assert isinstance(node, ast.For)
+        self._push_bind(node, parent, stack)
+        if isinstance(node.target, ast.Name):
+            roles = self.value(node.iter).element_roles
+            if roles:  # `for layer in self.layers:` over instances of a class of this file
+                self.bind(node.target.id, Value(param_roles=roles))
+
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
         self.scope.assigned.add(node.name)
-        self.scopes.append(_Scope("class", name=node.name))
+        # A torch.autograd.Function runs its forward with grad disabled: in-place fills there
+        # break nothing (DeBERTa's XSoftmax zeroes its softmax output in place, then saves it).
+        scope = _Scope("class", name=node.name, node=node, no_grad=self.scope.no_grad or any(
+            (dotted(base) or "").split(".")[-1] == "Function" and "autograd" in (
+                dotted(base) or "autograd") for base in node.bases))
+        for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
+            if isinstance(base, ast.Name) and base.id in self._class_attrs:
+                scope.values.update(self._class_attrs[base.id])
+        self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
     def _enter_if(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
@@ -623,7 +680,15 @@ class Linter:
             stack.append((_Exit("join", node), None))
         # The children are pushed here, not by the walk (`_FIELDS_CACHE[ast.If]` is empty), so
         # that a dtype guard can narrow its name over the one branch where it is not bool.
-        if guard is None:
+        tested = _not_none_test(node.test)
+        if guard is None and tested is not None and tested in self.scope.maybe_none:
+            # `if causal is not None:` on a name bound to a helper that returns None or a
+            # tensor: in the body it holds what the helper's other returns give
+            _push_statements(stack, node.orelse, node)
+            stack.append((_Exit("unset", node), None))
+            _push_statements(stack, node.body, node)
+            stack.append((_Exit("set", node), None))
+        elif guard is None:
             _push_statements(stack, node.orelse, node)
             _push_statements(stack, node.body, node)
         else:
@@ -678,6 +743,19 @@ class Linter:
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
+        positional = [*args.posonlyargs, *args.args]
+        for arg, default in [*zip(positional[len(positional) - len(args.defaults):],
+                                  args.defaults, strict=True),
+                             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+            if default is not None and (isinstance(default, ast.Constant) or (
+                    isinstance(default, ast.UnaryOp)
+                    and isinstance(default.operand, ast.Constant))):
+                scope.defaults[arg.arg] = default
+        names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
+                scope.values.get("attention_mask") in (UNKNOWN, TENSOR)):
+            # `forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token
+            scope.values["attention_mask"] = Value(hf_keep=True)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -700,6 +778,19 @@ class Linter:
         if marker.what == "unnarrow":
             self._unnarrow(marker.node)
             return
+        if marker.what in {"set", "unset"}:
+            assert isinstance(marker.node, ast.If)
+            tested = _not_none_test(marker.node.test) or ""
+            if marker.what == "set":
+                self._unset[id(marker.node)] = self.scope.values.get(tested)
+                self.scope.values[tested] = self.scope.maybe_none.get(tested, UNKNOWN)
+            elif not _assigns_name(marker.node.body, tested):
+                before = self._unset.pop(id(marker.node), None)
+                if before is None:
+                    self.scope.values.pop(tested, None)
+                else:
+                    self.scope.values[tested] = before
+            return
         if marker.what in {"save0", "save1"}:
             self._snapshots[(id(marker.node), marker.what[-1])] = (
                 dict(self.scope.values), dict(self.scope.zeroed))
@@ -714,17 +805,32 @@ class Linter:
             # a closure that rebinds its caller's names: calling it changes them
             self._rebinds[done.name] = frozenset(done.outer_names)
         roles = tuple(done.param_roles.values())
+        result = _result_of(done)
+        facts = Value(result=result) if not done.returns_none else Value(
+            result_unless_none=result)
+        if result is None:
+            facts = UNKNOWN
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
-            # calls below are bool too. What it does with its parameters is checked at its calls.
-            returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
-            if returns_bool or roles:
-                self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+            # calls below are bool too; and whatever else every return gives (an all -inf
+            # matrix, a finfo.min fill). What it does with its parameters is checked at its calls.
+            returns_bool = bool(done.returns) and not done.returns_none and all(
+                v.dtype == "bool" for v in done.returns)
+            if returns_bool or roles or facts:
+                self.bind(done.name, replace(facts, returns_bool=returns_bool,
+                                             param_roles=roles))
                 self._roles_known = self._roles_known or bool(roles)
         elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
             self._class_roles[self.scope.name] = roles
             self._roles_known = True
+        if facts and done.in_class and self.scope.kind == "class":
+            # `self.name(...)` in the methods below gives what every return of it gives
+            self.scope.values["self." + done.name] = facts
         if done.kind == "class":
+            self._class_attrs[done.name] = {
+                key: value for key, value in done.values.items()
+                if key.startswith("self.") and (value.result is not None
+                                                or value.result_unless_none is not None)}
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
                     self.report("MC505", call, f"masked_fill_ on parameter self.{attr}: in-place "
@@ -750,7 +856,12 @@ class Linter:
 
     def _return(self, node: ast.Return) -> None:
         if self.scope.kind == "function":
-            self.scope.returns.append(self.value(node.value) if node.value else UNKNOWN)
+            if node.value is None or is_none(node.value):
+                # `return None` (or a bare return): the tensor the other returns give is what
+                # a caller that uses the result as a tensor holds
+                self.scope.returns_none = True
+                return
+            self.scope.returns.append(self.value(node.value))
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -830,8 +941,13 @@ class Linter:
             self._sdpa(call)
         elif name in {"softmax", "log_softmax"}:
             self._softmax(call, parent)
-        elif name in {"add", "add_", "mul"} and not call.keywords:
+        elif name in {"add", "add_", "mul", "sub", "sub_"} and not call.keywords:
             self._arithmetic_call(call, name)
+        elif name in {"bitwise_not", "bitwise_not_"}:
+            operand = call.args[0] if is_module_call(call) and len(call.args) == 1 else (
+                receiver(call) if not is_module_call(call) and not call.args else None)
+            if operand is not None:
+                self._invert(ast.copy_location(ast.UnaryOp(ast.Invert(), operand), call), call)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
             held = call.func.value.id
@@ -852,10 +968,11 @@ class Linter:
             roles = self.lookup(callee).param_roles
             if roles:
                 self._helper_call(call, roles)
-        if (len(call.args) > _MHA_KEY_PADDING_INDEX or any(
-                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)) and isinstance(
-                call.func, (ast.Attribute, ast.Name)) and self.value(call.func).mha:
-            self._mha_call(call)
+        if isinstance(call.func, (ast.Attribute, ast.Name)) and (len(call.args) > 1 or any(
+                kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)):
+            module = self.value(call.func)
+            if module.mha:
+                self._mha_call(call, module.module)
         self._inverted_kwargs(call)
         if self.scope.bool_triu:
             self._bool_triu_use(call)
@@ -870,6 +987,12 @@ class Linter:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                value.func.id in self._local_defs) and not facts.module:
+            facts = replace(facts, module=value.func.id)  # an instance of a class of this file
+        elements = _container_class(value)
+        if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
+            facts = replace(facts, element_roles=self._class_roles[elements or ""])
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -939,8 +1062,16 @@ class Linter:
             scope.values[name] = facts
         if scope.kind == "function" and scope is self.scope:
             scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
-        if isinstance(value, ast.BinOp):
-            product = self._product_of(value)
+        if isinstance(value, ast.Call):
+            function = self.value(value.func) if isinstance(value.func, ast.Name) else (
+                self.lookup("self." + value.func.attr) if isinstance(value.func, ast.Attribute)
+                and isinstance(value.func.value, ast.Name) and value.func.value.id == "self"
+                else UNKNOWN)
+            if isinstance(function.result_unless_none, Value):
+                scope.maybe_none[name] = function.result_unless_none
+        product_node = value if isinstance(value, ast.BinOp) else _mul_call_as_binop(value)
+        if product_node is not None:
+            product = self._product_of(product_node)
             if product is not None:
                 scope.zeroed[name] = product  # `a = a * keep`: MC520 if `a` goes into softmax next
 
@@ -952,6 +1083,7 @@ class Linter:
         scope.mutated.discard(name)
         scope.zeroed.pop(name, None)
         scope.derived.pop(name, None)
+        scope.maybe_none.pop(name, None)
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -961,6 +1093,12 @@ class Linter:
                 self.scope.values[base.id] = Value(**{**old.__dict__, "grad": True})
             return
         if isinstance(base, ast.Name) and base.id == "self":
+            default = self.scope.defaults.get(value.id) if isinstance(value, ast.Name) and (
+                self.scope.name == "__init__" and value.id not in self.scope.assigned) else None
+            if default is not None and facts in (UNKNOWN, TENSOR):
+                # `self.causal = causal` of `__init__(..., causal=True)`: the default holds
+                # unless a caller passes another value
+                facts = self.value(default)
             cls = self._class_scope()
             if cls is not None:
                 cls.mutated.discard("self." + target.attr)  # bound anew
@@ -1006,8 +1144,10 @@ class Linter:
     # --- expressions ---
 
     def _arithmetic_call(self, call: ast.Call, name: str) -> None:
-        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`: the rules on + and *."""
-        op: ast.operator = ast.Mult() if name == "mul" else ast.Add()
+        """`torch.add(a, b)`, `torch.mul(a, b)`, `a.mul(b)`, `a.add_(b)`, `a.sub(1)`: the rules on
+        +, * and -."""
+        op: ast.operator = ast.Mult() if name == "mul" else (
+            ast.Sub() if name in {"sub", "sub_"} else ast.Add())
         base = receiver(call)
         if is_module_call(call) and len(call.args) == 2:
             left, right = call.args
@@ -1047,6 +1187,9 @@ class Linter:
         ) or self.value(node).dtype == "bool"
 
     def _product(self, node: ast.BinOp) -> None:
+        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
+            if self._is_scores(other) and not self._is_scores(mask_node):
+                self._note_role(mask_node, "mul")  # `weights * bias`: a parameter
         softmaxed = self.scope.softmaxed
         if softmaxed:
             for result, other in ((node.left, node.right), (node.right, node.left)):
@@ -1136,6 +1279,11 @@ class Linter:
         return node.id in scope.softmax_inputs
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
+        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
+            if self._is_scores(other) and not self._is_scores(mask_node):
+                self._note_role(mask_node, "add")  # `scores + attention_mask`: a parameter
+            elif self.value(other).finfo_min and not clamped:
+                self._note_role(mask_node, "addmin")  # `mask += padding_at_finfo_min`
         left, right = self.value(node.left), self.value(node.right)
         if left.finfo_min and right.finfo_min and not clamped:
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
@@ -1160,14 +1308,16 @@ class Linter:
                             "masked_fill")
                 return
 
-    def _invert(self, node: ast.UnaryOp) -> None:
+    def _invert(self, node: ast.UnaryOp, call: ast.Call | None = None) -> None:
+        """`~m` (or `torch.bitwise_not(m)`, `m.bitwise_not()`: `call`) on an integer 0/1 mask."""
         if not isinstance(node.op, ast.Invert):
             return
         facts = self.value(node.operand)
-        if facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
-                node.operand)):
-            edit = self._edit(node, f"({self._paren(node.operand)} == 0)")
-            self.report("MC518", node, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
+        if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
+                node.operand))) or (facts.dtype is None and _batch_attention_mask(node.operand)):
+            shown = call if call is not None else node
+            edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
+            self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
                         "~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() first", edit)
 
     def _edit(self, node: ast.AST, text: str) -> Edit | None:
@@ -1361,6 +1511,14 @@ class Linter:
         if value is not None and self._is_large_negative(value) and not self._fill_fits(
                 value, target, condition):
             self._large_negative(value, name, target)
+        elif value is not None and target is not None and _is_score_name(target) and (
+                self_attr(value) is not None):
+            # `scores.masked_fill(m, self.mask_value)` with `mask_value=-1e10` given in
+            # __init__: the attribute holds the constant (only on score tensors by name: CTC
+            # and beam-search code keeps float32 log-domain sentinels in attributes too)
+            held = self.lookup("self." + (self_attr(value) or "")).number
+            if held is not None and math.isfinite(held) and held < -FP16_MAX:
+                self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
                 target_facts.dtype in HALF_DTYPES):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
@@ -1434,7 +1592,7 @@ class Linter:
 
     def _full(self, call: ast.Call, name: str) -> None:
         if name in {"full", "full_like", "new_full"}:
-            self._wide_finfo_full(call)
+            self._wide_finfo_full(call, name)
         if name == "fill_":
             fill = call.args[0] if call.args else None
             target = receiver(call)
@@ -1456,12 +1614,19 @@ class Linter:
             return  # `scores.new(size).fill_(-1e17)`: a beam-search buffer, not a mask
         self._large_negative(fill, name, target if dtype is None else None)
 
-    def _wide_finfo_full(self, call: ast.Call) -> None:
+    def _wide_finfo_full(self, call: ast.Call, name: str) -> None:
         """`torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`: raises
         (samlhuillier/spider-sql-finetune#1, a half causal-mask helper)."""
         fill = argument(call, 1, "fill_value")
+        dtype = dtype_of(kwarg(call, "dtype"))
+        if dtype is None and kwarg(call, "dtype") is None:
+            # `torch.full_like(logits, v)` / `logits.new_full(size, v)`: the tensor's dtype
+            like = call.args[0] if name == "full_like" and is_module_call(call) and call.args else (
+                receiver(call) if name in {"full_like", "new_full"} and not is_module_call(call)
+                else None)
+            dtype = self.value(like).dtype if like is not None else None
         if fill is not None and (is_wide_finfo_min(fill) or self.value(fill).wide_finfo) and (
-                dtype_of(kwarg(call, "dtype")) in HALF_DTYPES):
+                dtype in HALF_DTYPES):
             self.report("MC517", fill, f"{self._text(fill)} is the float32 minimum: a "
                         "float16/bfloat16 tensor cannot hold it (value cannot be converted "
                         "without overflow); use torch.finfo(dtype).min of that dtype")
@@ -1476,6 +1641,8 @@ class Linter:
         target_dtype = None if target is None else self.value(target).dtype
         if target_dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        if target_dtype == "bool" and where in {"masked_fill", "masked_fill_"}:
+            return  # a bool tensor filled with -9e15 holds True: no float16 ever sees it (MC509)
         if target_dtype is None and isinstance(target, ast.expr) and names_log_sum_exp(
                 _inplace_base(target)):
             return  # a kernel's log-sum-exp is float32 (sglang's `lse.masked_fill_(e, -1e30)`)
@@ -1532,12 +1699,31 @@ class Linter:
             for kw in call.keywords:
                 if kw.arg in KEY_PADDING_KWARGS:
                     self._key_padding_value(kw.value, kw.arg)
+        padding = kwarg(call, "attention_mask")
+        if padding is not None and self.value(padding).hf_keep_inverted and not self.value(
+                padding).hf_keep and not self._defined_here(call):
+            # `model(ids, attention_mask=(ids == pad_id).long())` (nyu-mll/jiant#465): the
+            # Hugging Face argument means 1 = real token
+            self.report("MC511", padding, f"{self._text(padding)} is 1 at the padding, but "
+                        "attention_mask means 1 = real token (Hugging Face convention): the "
+                        "model attends to the padding only; pass `ids != pad_id`")
         if call_name(call, self.lookup) != "scaled_dot_product_attention":
             return
         mask = argument(call, 3, "attn_mask")
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
+
+    def _defined_here(self, call: ast.Call) -> bool:
+        """Whether the call reaches a function, method or class of this file (or an instance of
+        one): code that may keep its own convention for a parameter's name (OFA's decoder in
+        mmpretrain takes `attention_mask` as True = padding)."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            return func.id in self._local_defs
+        if isinstance(func, ast.Attribute):
+            return func.attr in self._local_defs or self.value(func).module in self._local_defs
+        return False
 
     def _is_mha(self, call: ast.Call) -> bool:
         if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:
@@ -1570,13 +1756,16 @@ class Linter:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
         return node.id not in self.scope.assigned and known in (UNKNOWN, TENSOR)
 
-    def _mha_call(self, call: ast.Call) -> None:
-        """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)."""
-        if len(call.args) > _MHA_KEY_PADDING_INDEX:
-            self._key_padding_value(call.args[_MHA_KEY_PADDING_INDEX], "key_padding_mask")
+    def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
+        """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
+        positional layout of the nn.Transformer* module the call's receiver was built as."""
+        key_padding, attn_masks = _MODULE_MASK_POSITIONS.get(
+            module or "MultiheadAttention", _MODULE_MASK_POSITIONS["MultiheadAttention"])
+        for position, where in key_padding.items():
+            if len(call.args) > position:
+                self._key_padding_value(call.args[position], where)
         masks = [kw.value for kw in call.keywords if kw.arg in _MHA_MASK_KWARGS]
-        if len(call.args) > _MHA_ATTN_MASK_INDEX:
-            masks.append(call.args[_MHA_ATTN_MASK_INDEX])
+        masks += [call.args[p] for p in attn_masks if len(call.args) > p]
         for mask in masks:
             self._mha_mask(mask)
 
@@ -1601,7 +1790,7 @@ class Linter:
             return
         if self._is_additive_matrix(matrix):
             self._triu_hit(call, diagonal)
-        elif _is_true_matrix(matrix) or self._is_true_name(matrix):
+        elif _is_true_matrix(matrix) or self._is_true_name(matrix) or self._is_true_cast(matrix):
             # A True-filled triu is also how chunked linear attention zeroes its upper triangle
             # on purpose (masked_fill(mask, 0)); only a use as an attention mask is a bug.
             if isinstance(parent, ast.keyword) and parent.arg in MASK_KWARGS:
@@ -1631,6 +1820,13 @@ class Linter:
         facts = self.lookup(node.id)
         return facts.dtype == "bool" and facts.all_ones
 
+    def _is_true_cast(self, node: ast.AST) -> bool:
+        """A cast of an all-ones matrix to bool (`ones.bool()`, `torch.ones(n, n).bool()`)."""
+        if not isinstance(node, ast.Call) or call_name(node) not in {"bool", "to", "type"}:
+            return False
+        facts = self.value(node)
+        return facts.dtype == "bool" and facts.all_ones
+
     def _is_additive_matrix(self, node: ast.AST) -> bool:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             return (is_ones(node.left) and is_masking_value(node.right, self.lookup)) or (
@@ -1652,8 +1848,26 @@ class Linter:
 
     def _bool_triu_use(self, call: ast.Call) -> None:
         masks = self.scope.bool_triu
-        if call_name(call, self.lookup) == "scaled_dot_product_attention":
+        name = call_name(call, self.lookup)
+        if name == "scaled_dot_product_attention":
             return  # SDPA keeps where True: a triu there shows the future (MC521)
+        condition = fill = None
+        if name in {"masked_fill", "masked_fill_"}:
+            shift = 1 if module_dotted(call.func) == "torch.masked_fill" else 0
+            condition, fill = argument(call, shift, "mask"), argument(call, 1 + shift, "value")
+        elif name == "where" and module_dotted(call.func) == "torch.where" and len(
+                call.args) == 3:
+            condition, fill = call.args[0], call.args[1]  # `where(mask, -inf, scores)`
+        if isinstance(condition, ast.Name) and condition.id in masks and fill is not None and (
+                self._is_fill_value(fill) or (isinstance(fill, ast.Call) and call_name(fill) ==
+                                              "tensor" and fill.args and self._is_fill_value(
+                                                  fill.args[0]))):
+            # the triangle marks what is hidden: with diagonal 0 each query loses itself
+            triu = masks.pop(condition.id)
+            diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
+                triu, 0, "diagonal")
+            self._triu_hit(triu, diagonal)
+            return
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
                 triu = masks.pop(kw.value.id)
@@ -1745,8 +1959,9 @@ class Linter:
                         self._check_zero_fill(base_name, argument(call, 0, "mask"),
                                               argument(call, 1, "value"), call)):
                     return
-                if not (name == "zero_" or (name == "fill_" and call.args and is_zero(
-                        call.args[0]))):
+                # a triangle of zeros is zeros (`mask.triu_(1)` on a zeros matrix)
+                if not (name in {"zero_", "triu_", "tril_"} or (name == "fill_" and call.args
+                                                                and is_zero(call.args[0]))):
                     masks[base_name] = False  # `mask[i, a:b].fill_(1)` writes into mask
         for arg in [*call.args, *(kw.value for kw in call.keywords)]:
             if isinstance(arg, ast.Name):
@@ -1768,9 +1983,17 @@ class Linter:
         if self.scope.no_grad:
             return
         base = receiver(call)
+        bound = self.scope.derived.get(base.id) if isinstance(base, ast.Name) else None
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
+        elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
+                bound, self.lookup) in _SAVES_OUTPUT and self._in_forward():
+            # softmax's backward reads its own output: overwriting it in place makes
+            # backward raise (checked on torch 2.13)
+            self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
+                        f"{call_name(bound, self.lookup)} that autograd saves for backward: "
+                        "backward raises (modified by an inplace operation); use masked_fill")
         elif (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name)
               and base.value.id == "self"):
             cls = self._class_scope()
@@ -1779,7 +2002,33 @@ class Linter:
 
     # --- MC506 / MC510 / MC511 / MC521 ---
 
+    def _spread_kwargs(self, call: ast.Call) -> ast.Call:
+        """The call with each `**name` whose name this function bound to a dict of constant
+        keys (`kw = dict(attn_mask=m, is_causal=True)`, `{"is_causal": True}`) read as the
+        keywords it spreads; other `**` stay as they are."""
+        keywords: list[ast.keyword] = []
+        spread = False
+        for kw in call.keywords:
+            bound = self.scope.derived.get(kw.value.id) if kw.arg is None and isinstance(
+                kw.value, ast.Name) and kw.value.id not in self.scope.mutated else None
+            if isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
+                    bound.func.id == "dict") and not bound.args and all(
+                    k.arg is not None for k in bound.keywords):
+                keywords.extend(bound.keywords)
+                spread = True
+            elif isinstance(bound, ast.Dict) and all(
+                    isinstance(k, ast.Constant) and isinstance(k.value, str) for k in bound.keys):
+                keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
+                                for k, v in zip(bound.keys, bound.values, strict=True))
+                spread = True
+            else:
+                keywords.append(kw)
+        if not spread:
+            return call
+        return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
+
     def _sdpa(self, call: ast.Call) -> None:
+        call = self._spread_kwargs(call)
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
         self._note_role(argument(call, 1, "key"), "key", follow=False)
@@ -1792,7 +2041,11 @@ class Linter:
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
         key = argument(call, 1, "key")
-        if causal is not None and causal_on and key is not None and self.value(key).cached and (
+        # `is_causal=self.causal if attention_mask is None else False`: True on one path
+        causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
+            is_true(branch) or self.value(branch).flag is True
+            for branch in (causal.body, causal.orelse)))
+        if causal is not None and causal_may and key is not None and self.value(key).cached and (
                 not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
@@ -1896,6 +2149,8 @@ class Linter:
         if found is None:
             return
         param, inverted = found
+        if role in {"add", "mul", "addmin"} and _dtype_tested(scope.node, param):
+            return  # `if m.dtype == torch.bool: ... return s + m`: the function takes either kind
         if inverted:
             role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
         position = scope.params.index(param) - (1 if scope.method else 0)
@@ -1912,9 +2167,16 @@ class Linter:
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
         for entry in roles:
-            if entry.position < len(call.args):
-                by_role.setdefault(entry.role.split("-")[0], []).append(call.args[entry.position])
+            passed = _role_argument(call, entry)
+            if passed is not None:
+                by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
+        for entry in roles:
+            passed = _role_argument(call, entry)
+            if passed is not None and entry.role in {"add", "mul", "addmin"}:
+                self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
+        if self._mask_added_or_multiplied(call, name, by_role):
+            return
         keys, flags = by_role.get("key", []), by_role.get("causal", [])
         if any(self.value(k).cached for k in keys) and any(
                 is_true(f) or self.value(f).flag is True for f in flags):
@@ -1940,6 +2202,38 @@ class Linter:
                             "the past, not the future; use triu(..., diagonal=1)")
                 return
 
+    def _mask_added_or_multiplied(self, call: ast.Call, name: str,
+                                  by_role: dict[str, list[ast.expr]]) -> bool:
+        """A mask passed to a function (or module) of this file that adds the parameter to its
+        scores (a bool: MC509; a 0/1 mask: MC508) or multiplies its scores by it (an additive
+        mask: MC523). Reported at the argument: the caller passes the wrong kind of mask."""
+        for mask in by_role.get("add", []):
+            facts = self.value(mask)
+            if facts.dtype == "bool":
+                self.report("MC509", mask, f"{self._text(mask)} is a bool mask and {name}() adds "
+                            "it to its scores: True adds 1.0 and masks nothing; pass an additive "
+                            "mask (0 / -inf)")
+                return True
+            if self._added_zero_one(mask):
+                self.report("MC508", mask, f"{self._text(mask)} is a 0/1 mask and {name}() adds "
+                            "it to its scores: it adds 1 where it is 1 and masks nothing; turn "
+                            "it into 0/-inf first")
+                return True
+        for mask in by_role.get("addmin", []):
+            if self.value(mask).finfo_min:
+                self.report("MC513", mask, f"{self._text(mask)} is filled with finfo.min and "
+                            f"{name}() adds another finfo.min mask to it: the sum overflows to "
+                            "-inf and a fully masked row becomes NaN; combine them with "
+                            "masked_fill or a bool mask")
+                return True
+        for mask in by_role.get("mul", []):
+            facts = self.value(mask)
+            if facts.additive and facts.dtype != "bool" and not facts.zero_one:
+                self.report("MC523", mask, f"{self._text(mask)} is an additive mask (0 / -inf) "
+                            f"and {name}() multiplies its scores by it: -inf/NaN; add it instead")
+                return True
+        return False
+
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
         the parameter as True = masked. Reported in the function when the parameter's own name
@@ -1947,9 +2241,9 @@ class Linter:
         name), else at the call (the caller passes the wrong mask)."""
         name = call_name(call) or "the function"
         for entry in roles:
-            if not entry.role.startswith("drop") or entry.position >= len(call.args):
+            arg = _role_argument(call, entry) if entry.role.startswith("drop") else None
+            if arg is None:
                 continue
-            arg = call.args[entry.position]
             facts = self.value(arg)
             if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
                 continue
@@ -2025,6 +2319,90 @@ class Linter:
         guarded = [b for b in branches if b]
         return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
                                      for b in guarded)
+
+
+def _mul_call_as_binop(value: ast.expr) -> ast.BinOp | None:
+    """`torch.mul(a, m)` / `a.mul(m)` read as `a * m`."""
+    if not (isinstance(value, ast.Call) and call_name(value) == "mul" and not value.keywords):
+        return None
+    if is_module_call(value) and len(value.args) == 2:
+        left, right = value.args
+    elif not is_module_call(value) and len(value.args) == 1 and receiver(value) is not None:
+        left, right = receiver(value) or value, value.args[0]
+    else:
+        return None
+    return ast.copy_location(ast.BinOp(left, ast.Mult(), right), value)
+
+
+def _dtype_tested(function: ast.AST | None, name: str) -> bool:
+    """Whether the function reads the dtype of `name` (`name.dtype`, `name.is_floating_point()`):
+    it handles masks of more than one kind."""
+    return function is not None and any(
+        isinstance(n, ast.Attribute) and n.attr in {"dtype", "is_floating_point"}
+        and isinstance(n.value, ast.Name) and n.value.id == name for n in ast.walk(function))
+
+
+def _container_class(value: ast.expr) -> str | None:
+    """`nn.ModuleList(Block(d) for _ in range(n))`, `nn.ModuleList([Block(d) for ...])`,
+    `nn.Sequential(*[Block(d) ...])`: the class every element is an instance of."""
+    if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
+            and len(value.args) == 1):
+        return None
+    arg = value.args[0]
+    if isinstance(arg, ast.Starred):
+        arg = arg.value
+    if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
+        made = [arg.elt]
+    elif isinstance(arg, ast.List):
+        made = list(arg.elts)
+    else:
+        return None
+    names = {m.func.id for m in made if isinstance(m, ast.Call) and isinstance(m.func, ast.Name)}
+    return names.pop() if len(names) == 1 and len(made) == sum(
+        isinstance(m, ast.Call) for m in made) else None
+
+
+def _not_none_test(test: ast.expr) -> str | None:
+    """The name an `if name is not None:` test is about."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+            test.ops[0], ast.IsNot) and isinstance(test.left, ast.Name) and is_none(
+            test.comparators[0]):
+        return test.left.id
+    return None
+
+
+def _role_argument(call: ast.Call, entry: _Role) -> ast.expr | None:
+    """What a call passes for the parameter of a `_Role`: by position, or by its name
+    (`self.attn(x, mask=keep)`)."""
+    if entry.position < len(call.args):
+        return call.args[entry.position]
+    for kw in call.keywords:
+        if kw.arg == entry.param:
+            return kw.value
+    return None
+
+
+def _result_of(scope: _Scope) -> Value | None:
+    """The facts every return of a function scope gives (None when they share none, or when
+    some path returns nothing or the function is a generator)."""
+    if scope.kind != "function" or not scope.name or not scope.returns:
+        return None
+    node = scope.node
+    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
+        return None
+    joined = scope.returns[0]
+    for value in scope.returns[1:]:
+        joined = _join(joined, value)
+    if not joined or joined.param_roles or joined.mha or joined.api:
+        return None
+    return joined
+
+
+def _batch_attention_mask(node: ast.AST) -> bool:
+    """`batch["attention_mask"]`: the tokenizer field of a collated batch (int64, 1 = real
+    token, as Hugging Face's collators give it)."""
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+        node.slice.value == "attention_mask")
 
 
 def _asserted_off(test: ast.expr) -> set[str]:

@@ -80,6 +80,7 @@ class Value:
     number: float | None = None  # a constant
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
+    module: str | None = None  # which of them, when the constructor call was seen
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
     # A float tensor of 0s and 1s by evidence: a bool, 0/1 or tokenizer mask cast to a float
     # dtype (`.float()`, `.to(q.dtype)`, `.type_as(scores)`); SDPA and `scores +` add it (MC508).
@@ -95,6 +96,15 @@ class Value:
     # A function of this file, or an instance of a class of it: what it (its forward) does
     # with its parameters (`checks._Role`), checked at each call with the arguments passed.
     param_roles: tuple[Any, ...] = ()
+    # A function of this file (or a method, held as `self.name`): the facts every one of its
+    # returns gives, whatever the arguments (`_fill_with_neg_inf(t)`: an all -inf matrix).
+    result: Any = None
+    # ... the same for a function that may also return None: holds where a test of the name
+    # bound to its call says the call gave a tensor (`if causal is not None:`).
+    result_unless_none: Any = None
+    # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
+    # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
+    element_roles: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -429,7 +439,8 @@ def _named(name: str, value: Value) -> Value:
         return value
     if value.additive or value.finfo_min or value.hf_keep_inverted or value.number is not None or (
             value.flag is not None or value.api or value.mha or value.tokens or value.cached
-            or value.returns_bool or value.grad):
+            or value.returns_bool or value.grad or value.result is not None
+            or value.result_unless_none is not None):
         return value
     return replace(value, keep_mask=True)
 
@@ -665,7 +676,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return Value(grad=rg is None or not is_zero(rg))
     if name in {"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
                 "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}:
-        return Value(mha=True)
+        return Value(mha=True, module=name)
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
                 hint in (last_name(base_node) or "").lower() for hint in _TOKENIZER_HINTS)
@@ -681,9 +692,18 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if grad_fact:
             return Value(grad=True)
     if base_node is None:
-        if isinstance(call.func, ast.Name) and lookup(call.func.id).returns_bool:
-            return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
+        if isinstance(call.func, ast.Name):
+            function = lookup(call.func.id)
+            if isinstance(function.result, Value):
+                return function.result  # what every return of a function defined above gives
+            if function.returns_bool:
+                return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
         return UNKNOWN
+    if isinstance(base_node, ast.Name) and base_node.id == "self" and isinstance(
+            call.func, ast.Attribute):
+        method = lookup("self." + call.func.attr)
+        if isinstance(method.result, Value):
+            return method.result  # `self.get_alibi_mask(h, n)`: a method of the class above
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
 
@@ -905,6 +925,12 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
                      additive=additive and (base.additive or _starts_empty(base)))
     if name in {"softmax", "log_softmax"}:
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
+    if name == "fill_" and len(call.args) == 1 and base.dtype != "bool":
+        # `t.float().fill_(float("-inf"))`: every entry the fill value (baichuan's
+        # `_fill_with_neg_inf`, the matrix a look-ahead triu is cut from)
+        fill = call.args[0]
+        if is_masking_value(fill, lookup):
+            return Value(dtype=base.dtype, additive=True, finfo_min=is_finfo_min(fill, lookup))
     if name in _KEEPS_DTYPE:
         return _float_dtype_of(base, call) or UNKNOWN
     return UNKNOWN
