@@ -678,6 +678,16 @@ class Linter:
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
+        positional = [*args.posonlyargs, *args.args]
+        defaults = [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
+                    *zip(args.kwonlyargs, args.kw_defaults)]
+        for arg, default in defaults:
+            # `def pool(h, keep, fill=-1e10)`, `__init__(self, mask_value=-1e10)`: a masking
+            # value as the default is the value every call that leaves it out fills with
+            # (NVIDIA/apex#1105's -1e10)
+            v = number(default) if default is not None else None
+            if v is not None and v < -FP16_MAX and scope.values.get(arg.arg) == UNKNOWN:
+                scope.values[arg.arg] = Value(number=v)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -718,12 +728,24 @@ class Linter:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
             # calls below are bool too. What it does with its parameters is checked at its calls.
             returns_bool = bool(done.returns) and all(v.dtype == "bool" for v in done.returns)
-            if returns_bool or roles:
-                self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles))
+            # A helper whose every return gives the same facts (the seed guide's
+            # `generate_causal_mask`): its calls give them too.
+            first = done.returns[0] if done.returns else UNKNOWN
+            returned = first if first and not first.param_roles and all(
+                v == first for v in done.returns) and first.returned is None else None
+            if returns_bool or roles or returned is not None:
+                self.bind(done.name, Value(returns_bool=returns_bool, param_roles=roles,
+                                           returned=returned))
                 self._roles_known = self._roles_known or bool(roles)
         elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
             self._class_roles[self.scope.name] = roles
             self._roles_known = True
+        if done.kind == "class" and done.name:
+            # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
+            # its returns give, called through the class (or an alias of it)
+            for key, helper in done.values.items():
+                if "." not in key and (helper.returns_bool or helper.returned is not None):
+                    self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
         if done.kind == "class":
             for attr, call in done.self_fills:
                 if attr in done.param_attrs:
@@ -937,6 +959,13 @@ class Linter:
             facts = replace(facts, hf_keep=False)
         if facts:
             scope.values[name] = facts
+        if isinstance(value, ast.Name):
+            # `mb = MaskBuilders`: the alias's static helpers are the class's
+            prefix = value.id + "."
+            for outer in self.scopes:
+                for key, helper in list(outer.values.items()):
+                    if key.startswith(prefix):
+                        scope.values[name + "." + key[len(prefix):]] = helper
         if scope.kind == "function" and scope is self.scope:
             scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
         if isinstance(value, ast.BinOp):
@@ -1127,7 +1156,10 @@ class Linter:
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         left, right = self.value(node.left), self.value(node.right)
-        if left.finfo_min and right.finfo_min and not clamped:
+        if not clamped and right.finfo_min and (left.finfo_min or any(
+                self.value(term).finfo_min for term in _added_terms(node.left))):
+            # `scores + causal + padding` (EleutherAI/gpt-neox PR #25): the two masks meet in
+            # one chain of additions, whatever comes first
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
                         "sum overflows to -inf and a fully masked row becomes NaN; combine "
                         "them with torch.minimum or a bool mask")
@@ -1733,9 +1765,20 @@ class Linter:
     # --- MC505 ---
 
     def _inplace_fill(self, call: ast.Call) -> None:
+        base = receiver(call)
+        fill = argument(call, 1, "value")
+        key = base.id if isinstance(base, ast.Name) else (
+            "self." + base.attr if isinstance(base, ast.Attribute) and isinstance(
+                base.value, ast.Name) and base.value.id == "self" else None)
+        if key is not None and fill is not None and is_masking_value(fill, self.lookup):
+            # `self.mask.masked_fill_(future, -1e9)` on a buffer of ones (the seed's model):
+            # from here on it holds large negatives, so multiplying by it is MC523
+            facts = self.lookup(key)
+            if facts.all_ones or facts.zeros or facts.additive:
+                self.scope.values[key] = Value(dtype=facts.dtype, additive=True,
+                                               finfo_min=is_finfo_min(fill, self.lookup))
         if self.scope.no_grad:
             return
-        base = receiver(call)
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
@@ -1759,12 +1802,20 @@ class Linter:
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
         key = argument(call, 1, "key")
+        query = argument(call, 0, "query")
         if causal is not None and causal_on and key is not None and self.value(key).cached and (
                 not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
                         "for one query)")
+        elif causal is not None and causal_on and query is not None and key is not None and (
+                self.value(query).last_position and not self.value(key).last_position):
+            # pytorch/pytorch#115111: `sdpa(query[:, -1, :], key, value, is_causal=True)`
+            self.report("MC510", causal, f"{self._text(query)} holds only the last position "
+                        "(L = 1 < S): is_causal=True aligns the mask to the top-left, so it "
+                        "sees only the first key; drop is_causal for a query that may see "
+                        "every key")
         if mask is None or is_none(mask):
             return
         facts = self.value(mask)
@@ -2285,6 +2336,16 @@ def _join(a: Value, b: Value) -> Value:
         return a
     return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
                     if getattr(a, f.name) == getattr(b, f.name)})
+
+
+def _added_terms(node: ast.AST) -> list[ast.AST]:
+    """The terms of a chain of additions `a + b + c` (left-nested BinOps), in order."""
+    terms: list[ast.AST] = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        terms.append(node.right)
+        node = node.left
+    terms.append(node)
+    return terms[::-1]
 
 
 def _is_test_path(path: str) -> bool:

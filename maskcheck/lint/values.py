@@ -95,6 +95,12 @@ class Value:
     # A function of this file, or an instance of a class of it: what it (its forward) does
     # with its parameters (`checks._Role`), checked at each call with the arguments passed.
     param_roles: tuple[Any, ...] = ()
+    # A function of this file whose every return gives the same facts: what a call of it gives
+    # (`attn_mask = generate_causal_mask(5)` is the additive mask the helper builds).
+    returned: Value | None = None
+    # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
+    # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
+    last_position: bool = False
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -185,6 +191,9 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
+    if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
+            node.value, ast.Name) and node.value.id == "self":
+        return lookup("self." + node.attr).number  # `self.mask_value = -1e10` in __init__
     return None
 
 
@@ -429,7 +438,7 @@ def _named(name: str, value: Value) -> Value:
         return value
     if value.additive or value.finfo_min or value.hf_keep_inverted or value.number is not None or (
             value.flag is not None or value.api or value.mha or value.tokens or value.cached
-            or value.returns_bool or value.grad):
+            or value.returns_bool or value.grad or value.returned is not None):
         return value
     return replace(value, keep_mask=True)
 
@@ -462,6 +471,9 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(dtype="int", hf_keep=True)
     if _cache_prefix(node):
         return Value(cached=True)
+    if _last_position_index(key):
+        return replace(base, last_position=True, tokens=False, api=None, mha=False,
+                       number=None, tri=None) if base else Value(last_position=True)
     if base in (UNKNOWN, TENSOR) and _extends_hf_mask(node):
         return Value(hf_keep=True)
     if not base:
@@ -470,6 +482,19 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _last_position_index(key: ast.AST) -> bool:
+    """`[:, -1:, :]`, `[:, -1]`, `[..., -1:, :]`: a subscript that keeps only the last position of
+    an axis after the first (the batch axis is never the sequence)."""
+    parts = key.elts if isinstance(key, ast.Tuple) else []
+    for part in parts[1:]:
+        if isinstance(part, ast.Slice) and part.upper is None and part.step is None and (
+                number(part.lower) == -1 if part.lower is not None else False):
+            return True
+        if not isinstance(part, ast.Slice) and number(part) == -1:
+            return True
+    return False
 
 
 def _extends_hf_mask(node: ast.Subscript) -> bool:
@@ -636,6 +661,11 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             if a.zero_one and is_masking_value(b_node, lookup) and not is_neg_inf(
                     b_node, lookup):
                 return Value(additive=True)
+            if a.all_ones and is_masking_value(b_node, lookup):
+                # `torch.ones(sz, sz) * float('-inf')` (the seed guide's causal mask, before
+                # its triu): -inf everywhere, as torch.full(..., -inf) is
+                return Value(dtype=a.dtype, additive=True,
+                             finfo_min=bool(b.finfo_min or is_finfo_min(b_node, lookup)))
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
         return Value(zero_one=True, tri=_COMPLEMENT.get(right.tri or ""),
                      dtype=right.dtype)
@@ -681,11 +711,36 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if grad_fact:
             return Value(grad=True)
     if base_node is None:
-        if isinstance(call.func, ast.Name) and lookup(call.func.id).returns_bool:
-            return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
-        return UNKNOWN
+        if isinstance(call.func, ast.Name):
+            helper = lookup(call.func.id)
+            if helper.returned is not None:
+                return helper.returned
+            if helper.returns_bool:
+                return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
+        return _applied_to_last_position(call, name, lookup)
+    if name not in _KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
+        return Value(last_position=True)
+    if isinstance(base_node, ast.Name):
+        helper = lookup(f"{base_node.id}.{name}")  # a static helper of a class of this file
+        if helper.returned is not None:
+            return helper.returned
+        if helper.returns_bool:
+            return Value(dtype="bool")
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
+
+
+# Calls that join or reduce their inputs: their result no longer holds one position.
+_JOINS = frozenset({"cat", "concat", "stack", "len", "sum", "mean", "max", "min", "pad", "repeat",
+                    "expand", "broadcast_to", "where", "masked_fill", "softmax"})
+
+
+def _applied_to_last_position(call: ast.Call, name: str, lookup: Lookup) -> Value:
+    """`self._heads(self.q(hidden[:, -1:, :]))`: a layer or reshape applied to the last position
+    still holds one position."""
+    if name in _JOINS or not call.args:
+        return UNKNOWN
+    return Value(last_position=True) if describe(call.args[0], lookup).last_position else UNKNOWN
 
 
 def _describe_factory(
@@ -710,6 +765,17 @@ def _describe_factory(
         return Value(dtype=dtype_kw or "bool")  # torch.tensor([True, False]): a bool tensor
     if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
         return Value(finfo_min=True, additive=True)
+    if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
+                "FloatTensor"} and call.args:
+        # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
+        # `src == 0` is a bool tensor (nlpyang/BertSum#73's `1 - (src == 0)`)
+        return Value(tensor=True, dtype=dtype_kw)
+    if name == "eye":
+        # the identity: 0/1 in float32 by default (`torch.eye(n) * float('-inf')` is NaN off
+        # the diagonal); bool with dtype=torch.bool
+        if dtype_kw == "bool":
+            return Value(dtype="bool")
+        return Value(dtype=dtype_kw or ("fp32" if no_dtype else None), zero_one=True)
     if name in _FULL_FUNCS:
         fill = argument(call, 1, "fill_value")
         if fill is None:
