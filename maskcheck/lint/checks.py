@@ -127,6 +127,8 @@ class _Scope:
     fp16_guard: bool = False
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
+    # function scopes: parameters whose default is a masking value (`fill=-1e10`)
+    masking_defaults: dict[str, float] = field(default_factory=dict)
     method: bool = False  # a function defined in a class body that takes self (or cls) first
     in_class: bool = False  # defined in a class body: called as self.name(...), static or not
     values: dict[str, Value] = field(default_factory=dict)
@@ -686,8 +688,8 @@ class Linter:
             # value as the default is the value every call that leaves it out fills with
             # (NVIDIA/apex#1105's -1e10)
             v = number(default) if default is not None else None
-            if v is not None and v < -FP16_MAX and scope.values.get(arg.arg) == UNKNOWN:
-                scope.values[arg.arg] = Value(number=v)
+            if v is not None and math.isfinite(v) and v < -FP16_MAX:
+                scope.masking_defaults[arg.arg] = v
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -1090,8 +1092,12 @@ class Linter:
             if self._is_large_negative(big) and (mentions_mask(other) or self._inverted_mask(
                     other)) and not self._is_bool(other):
                 self._large_negative(big, "an additive mask", other)
+            # `torch.eye(n) * float('-inf')` (a reformer port's self-token mask): the identity
+            # is 0 off the diagonal, so that is NaN too
+            eye = isinstance(other, ast.Call) and is_module_call(other) and call_name(
+                other, self.lookup) == "eye" and dtype_of(kwarg(other, "dtype")) != "bool"
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
-                    other) or one_minus(other)):
+                    other) or one_minus(other) or eye):
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
@@ -1382,6 +1388,12 @@ class Linter:
         target_facts = self.value(target) if target is not None else UNKNOWN
         if value is not None and self._is_large_negative(value):
             self._large_negative(value, name, target)
+        elif value is not None and target is not None and self._masking_default(
+                value) is not None and self._is_scores(target):
+            # `def pool(scores, keep, fill=-1e10): scores.masked_fill(~keep, fill)`: every call
+            # that leaves the default fills the scores with it (NVIDIA/apex#1105). Only for
+            # scores: a default fill of log-probs or DP tables is float32 work.
+            self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
                 target_facts.dtype in HALF_DTYPES):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
@@ -1483,6 +1495,8 @@ class Linter:
             return  # bfloat16 has float32's range: -1e9 is finite there
         text = self._text(value)
         v = number(value, self.lookup)
+        if v is None:
+            v = self._masking_default(value)
         shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
         before = len(self.hits)
         self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
@@ -1491,8 +1505,23 @@ class Linter:
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
 
+    def _masking_default(self, node: ast.AST) -> float | None:
+        """The masking default of the parameter `node` names, while it is not rebound."""
+        if not isinstance(node, ast.Name):
+            return None
+        for scope in reversed(self.scopes):
+            if scope.kind != "function":
+                continue
+            if node.id in scope.masking_defaults and node.id not in scope.assigned:
+                return scope.masking_defaults[node.id]
+            if node.id in scope.assigned or node.id in scope.values:
+                return None
+        return None
+
     def _fits_bf16(self, value: ast.AST) -> bool:
         v = number(value, self.lookup)
+        if v is None:
+            v = self._masking_default(value)
         return v is not None and abs(v) <= BF16_MAX
 
     def _own_parameter(self, node: ast.AST | None) -> _Param | None:

@@ -191,9 +191,6 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
-    if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
-            node.value, ast.Name) and node.value.id == "self":
-        return lookup("self." + node.attr).number  # `self.mask_value = -1e10` in __init__
     return None
 
 
@@ -770,12 +767,6 @@ def _describe_factory(
         # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
         # `src == 0` is a bool tensor (nlpyang/BertSum#73's `1 - (src == 0)`)
         return Value(tensor=True, dtype=dtype_kw)
-    if name == "eye":
-        # the identity: 0/1 in float32 by default (`torch.eye(n) * float('-inf')` is NaN off
-        # the diagonal); bool with dtype=torch.bool
-        if dtype_kw == "bool":
-            return Value(dtype="bool")
-        return Value(dtype=dtype_kw or ("fp32" if no_dtype else None), zero_one=True)
     if name in _FULL_FUNCS:
         fill = argument(call, 1, "fill_value")
         if fill is None:
