@@ -1,6 +1,7 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|heldout5|all] [--show N]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|heldout5|all]
+                                           [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
 markers and their `*_ok.py` twins), rewrites it the way real code bases hold the same code, runs
@@ -267,8 +268,8 @@ def module_level(source: str) -> Rewritten | None:
         args = stmt.args
         positional = [*args.posonlyargs, *args.args]
         defaults = {a.arg: d for a, d in [
-            *zip(positional[len(positional) - len(args.defaults):], args.defaults),
-            *zip(args.kwonlyargs, args.kw_defaults)] if d is not None}
+            *zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+            *zip(args.kwonlyargs, args.kw_defaults, strict=True)] if d is not None}
         declared[stmt.lineno] = [
             f"{indent}{a.arg}"
             + (f": {ast.unparse(a.annotation)}" if a.annotation is not None else "")

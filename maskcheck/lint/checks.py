@@ -681,8 +681,9 @@ class Linter:
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
         positional = [*args.posonlyargs, *args.args]
-        defaults = [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
-                    *zip(args.kwonlyargs, args.kw_defaults)]
+        with_default = positional[len(positional) - len(args.defaults):]
+        defaults = [*zip(with_default, args.defaults, strict=True),
+                    *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
         for arg, default in defaults:
             # `def pool(h, keep, fill=-1e10)`, `__init__(self, mask_value=-1e10)`: a masking
             # value as the default is the value every call that leaves it out fills with
