@@ -111,6 +111,11 @@ class Attn(nn.Module):
 
 def pool(scores, keep, fill=-1e10):
     return scores.masked_fill(~keep, fill).softmax(-1)
+
+
+def train_step(model, x, pad):
+    with torch.autocast("cuda", dtype=torch.float16):
+        return model(x, pad)
 '''
 
 
