@@ -14,8 +14,7 @@ from maskcheck.errors import UsageError
 from maskcheck.model import Api, Severity
 from maskcheck.selection import expand, parse_severity
 
-KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "fail-on", "exclude", "api",
-        "assume-fp16")
+KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "fail-on", "exclude", "api")
 DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__",
                    ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules", "build",
                    "dist", "site-packages", ".eggs")
@@ -35,9 +34,6 @@ class Config:
     fail_on: Severity | None = None
     exclude: tuple[str, ...] = ()
     api: str | None = None
-    # Every tensor whose dtype a file does not show may be float16 (the project trains or serves
-    # in half precision from another file): MC501 stops asking the file for evidence.
-    assume_fp16: bool = False
 
     @property
     def root(self) -> Path:
@@ -144,10 +140,6 @@ def parse(table: object, path: Path) -> Config:
     if api is not None and (not isinstance(api, str) or api.lower() not in get_args(Api)):
         raise ConfigError(f"{_where(path, 'api')}: expected one of "
                           f"{'|'.join(get_args(Api))}, got {api!r}")
-    assume_fp16 = table.get("assume-fp16", False)
-    if not isinstance(assume_fp16, bool):
-        raise ConfigError(f"{_where(path, 'assume-fp16')}: expected true or false, "
-                          f"got {assume_fp16!r}")
     return Config(
         path=path,
         select=_code_list(path, "select", table["select"]) if "select" in table else None,
@@ -158,7 +150,6 @@ def parse(table: object, path: Path) -> Config:
             fail_on, origin=_where(path, "fail-on")),
         exclude=_str_list(path, "exclude", table.get("exclude", [])),
         api=None if api is None else api.lower(),
-        assume_fp16=assume_fp16,
     )
 
 

@@ -21,19 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
 BAD = (
     "import torch\n\n\n"
-    "def attend(scores, mask, n):  # fp16\n"
+    "def attend(scores, mask, n):\n"
     "    scores = scores.masked_fill(mask, -1e9)\n"
     '    causal = torch.triu(torch.full((n, n), float("-inf")), diagonal=0)\n'
     "    return scores + causal\n"
 )
 FIXED = BAD.replace("-1e9", "torch.finfo(scores.dtype).min").replace("diagonal=0", "diagonal=1")
 # Only a warning (MC501): pre-commit prints nothing for a passing hook, so this must fail.
-WARNING_ONLY = "def attend(scores, mask):  # fp16\n    return scores.masked_fill(mask, -1e9)\n"
+WARNING_ONLY = "def attend(scores, mask):\n    return scores.masked_fill(mask, -1e9)\n"
 NOTEBOOK = json.dumps({
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": ["# attention\n"]},
         {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-         "source": ["!pip install torch\n", "s = scores.half().masked_fill(mask, -1e9)"]},
+         "source": ["!pip install torch\n", "s = scores.masked_fill(mask, -1e9)"]},
     ],
     "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
     "nbformat": 4, "nbformat_minor": 5,

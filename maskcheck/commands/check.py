@@ -33,7 +33,6 @@ class CheckOptions:
     jobs: int | None = None
     fix: bool = False  # apply safe fixes before reporting what is left
     diff: bool = False  # print the safe fixes as a unified diff; change nothing
-    assume_fp16: bool = False  # any tensor of unknown dtype may be float16 (MC501)
 
 
 def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severity]:
@@ -47,8 +46,7 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     api = parse_api(opts.api or config.api or "auto")
     inputs = collect(paths, config)
     items = [(str(p), _enabled_for(p, selection, config)) for p in inputs.lintable()]
-    assume_half = opts.assume_fp16 or config.assume_fp16
-    reports = {r.path: r for r in lint_files(items, jobs=opts.jobs, assume_half=assume_half)}
+    reports = {r.path: r for r in lint_files(items, jobs=opts.jobs)}
     files = [FileReport(path=str(p), error=why) for p, why in inputs.problems]
     files += [reports[path] for path, _ in items]
     for p in inputs.masks:
@@ -211,7 +209,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", "-j", type=int, metavar="N")
     p.add_argument("--fix", action="store_true")
     p.add_argument("--diff", action="store_true")
-    p.add_argument("--assume-fp16", action="store_true")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -239,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = CheckOptions(
             select=tuple(split_codes(ns.select)), ignore=tuple(split_codes(ns.ignore)),
             extend_select=tuple(split_codes(ns.extend_select)), fail_on=ns.fail_on,
-            api=ns.api, jobs=ns.jobs, fix=ns.fix, diff=ns.diff, assume_fp16=ns.assume_fp16,
+            api=ns.api, jobs=ns.jobs, fix=ns.fix, diff=ns.diff,
         )
         return run_check(ns.paths, opts, fmt=ns.fmt, statistics=ns.statistics,
                          exit_zero=ns.exit_zero)
@@ -271,15 +268,12 @@ def register(app: Any) -> None:
                                help="Processes for many files."),
         fix: bool = opt(False, "--fix", help="Apply safe fixes (see `maskcheck rules`)."),
         diff: bool = opt(False, "--diff", help="Show safe fixes as a diff; change nothing."),
-        assume_fp16: bool = opt(
-            False, "--assume-fp16",
-            help="Any tensor whose dtype a file does not show may be float16 (MC501)."),
     ) -> int:
         """Lint Python sources and check mask files; findings only, exit code for gating."""
         opts = CheckOptions(
             select=tuple(split_codes(select)), ignore=tuple(split_codes(ignore)),
             extend_select=tuple(split_codes(extend_select)), fail_on=fail_on, api=api,
-            jobs=jobs, fix=fix, diff=diff, assume_fp16=assume_fp16,
+            jobs=jobs, fix=fix, diff=diff,
         )
         return run_check(list(paths), opts, fmt=output_format, statistics=statistics,
                          exit_zero=exit_zero)

@@ -16,17 +16,9 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "masked row turns into NaN after softmax. The same code works in fp32, which is why it "
     "survives until someone turns on autocast or loads the model in half precision. bfloat16 "
     "has float32's range, so -1e9 is finite there: the rule stays silent on a tensor the file "
-    "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`). Most code never "
-    "meets float16, so the rule fires only in a file that shows a half-precision path "
-    "(float16, half, fp16, autocast, amp, bfloat16 anywhere in it) or on a tensor it shows to "
-    "be half; a project that runs in float16 from another file (a `--fp16` flag in its "
-    "trainer) sets `assume-fp16 = true` under [tool.maskcheck] (or passes --assume-fp16) and "
-    "gets it on every fill of unknown dtype.",
-    "with torch.autocast('cuda', dtype=torch.float16):\n"
-    "    scores = (q @ k.transpose(-2, -1)).masked_fill(mask == 0, -1e9)",
-    "with torch.autocast('cuda', dtype=torch.float16):\n"
-    "    scores = q @ k.transpose(-2, -1)\n"
-    "    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
+    "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`).",
+    "scores = scores.masked_fill(mask == 0, -1e9)",
+    "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
     "use torch.finfo(x.dtype).min (or float('-inf') with a safe softmax) instead of the literal",
 ))
 INVERTED_MASK_ARGUMENT = register(RuleInfo(

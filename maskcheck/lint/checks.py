@@ -422,18 +422,14 @@ def _is_score_name(node: ast.AST) -> bool:
 class Linter:
     """One pass over a module; `hits` fills in as rules fire."""
 
-    def __init__(self, enabled: frozenset[str], source: str = "", path: str = "",
-                 *, assume_half: bool = False) -> None:
+    def __init__(self, enabled: frozenset[str], source: str = "", path: str = "") -> None:
         self.enabled = enabled
         self.source = source
         self.hits: list[Hit] = []
         self.scopes: list[_Scope] = [_Scope("module")]
         self._lines: list[str] | None = None
         self.test_module = _is_test_path(path)
-        # A file that never mentions half precision (float16, half, fp16, autocast, amp, nor
-        # bfloat16) runs in float32 as far as it shows: MC501 then needs a tensor it knows to
-        # be half. Unless the project says every tensor may be float16 (`assume-fp16`).
-        self.fp32_only = not assume_half and _HALF_WORDS.search(source) is None
+        self.fp32_only = self.test_module and _HALF_WORDS.search(source) is None
         # If/else joins (see `_enter_if`): the body's last assignment of a name -> the name,
         # and the value it left.
         self._branch_marks: dict[int, str] = {}
@@ -2389,8 +2385,7 @@ def _is_test_path(path: str) -> bool:
 
 
 def lint_tree(
-    tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = "",
-    *, assume_half: bool = False,
+    tree: ast.AST, enabled: frozenset[str], source: str = "", path: str = ""
 ) -> list[Hit]:
     roots = _imported_roots(tree)
     if "torch" not in roots and not roots.isdisjoint(_OTHER_FRAMEWORKS):
@@ -2400,11 +2395,10 @@ def lint_tree(
         enabled = enabled - {"MC512"}
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
-        linter = Linter(enabled, source, path, assume_half=assume_half)
+        linter = Linter(enabled, source, path)
         hits = linter.run(tree)
         if linter.param_hits:
-            hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits,
-                                            assume_half=assume_half)
+            hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
         return hits
     finally:
         MODULE_ALIASES.reset(token)
@@ -2435,13 +2429,12 @@ def _imported_roots(tree: ast.AST) -> set[str]:
 
 
 def _without_float32_callers(tree: ast.AST, enabled: frozenset[str], source: str, path: str,
-                             param_hits: list[tuple[Hit, _Param]], hits: list[Hit],
-                             *, assume_half: bool = False) -> list[Hit]:
+                             param_hits: list[tuple[Hit, _Param]], hits: list[Hit]) -> list[Hit]:
     """Drop MC501 on a helper's parameter when the file calls the helper and every call passes
     a float32 tensor (sentence-transformers' `_fill_empty_document_scores(scores, empty)` is
     only ever given upcast scores). A second walk reads the calls with the values bound there;
     it runs only for files with such a finding."""
-    reader = Linter(enabled, source, path, assume_half=assume_half)
+    reader = Linter(enabled, source, path)
     reader.calls_to = {param: [] for _, param in param_hits}
     reader.run(tree)
     dropped = {id(hit) for hit, param in param_hits

@@ -6,7 +6,6 @@ import ast
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 
 from maskcheck.errors import FileProblem
 from maskcheck.lint.checks import Edit, Hit, lint_tree
@@ -58,17 +57,12 @@ def parse_module(source: str, path: str) -> ast.Module:
         raise ValueError("could not parse: nested too deeply") from None
 
 
-def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>",
-              assume_half: bool = False) -> list[Hit]:
-    """Unsuppressed rule hits of one whole-file parse and walk.
-
-    `assume_half`: every tensor whose dtype the file does not show may be float16 (the project
-    runs in half precision from another file); otherwise MC501 needs the file to mention it.
-    """
+def find_hits(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Hit]:
+    """Unsuppressed rule hits of one whole-file parse and walk."""
     source = normalize_newlines(source)
     tree = parse_module(source, path)
     try:
-        hits = lint_tree(tree, enabled, source, path, assume_half=assume_half)
+        hits = lint_tree(tree, enabled, source, path)
     except (RecursionError, MemoryError):
         raise ValueError("could not lint: expression nested too deeply") from None
     if not hits:
@@ -84,10 +78,9 @@ def normalize_newlines(source: str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>",
-                assume_half: bool = False) -> list[Finding]:
+def lint_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> list[Finding]:
     """Findings of the enabled source rules; SyntaxError and ValueError (bombs) propagate."""
-    hits = find_hits(source, enabled, path=path, assume_half=assume_half)
+    hits = find_hits(source, enabled, path=path)
     if not hits:
         return []
     lines = normalize_newlines(source).split("\n")
@@ -111,7 +104,7 @@ def _char_col(lines: list[str], line: int, byte_col: int) -> int:
     return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace")) + 1
 
 
-def lint_file(path: str, enabled: frozenset[str], *, assume_half: bool = False) -> FileReport:
+def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     report = FileReport(path=path)
     try:
         data = read_regular(path, limit=source_limit(path), what=source_kind(path))
@@ -122,11 +115,10 @@ def lint_file(path: str, enabled: frozenset[str], *, assume_half: bool = False) 
         if is_notebook(path):
             from maskcheck.lint.notebook import lint_notebook
 
-            report.findings = lint_notebook(data, enabled, path=path,
-                                            lint=partial(lint_source, assume_half=assume_half))
+            report.findings = lint_notebook(data, enabled, path=path, lint=lint_source)
             return report
         source = decode_source(data)
-        report.findings = lint_source(source, enabled, path=path, assume_half=assume_half)
+        report.findings = lint_source(source, enabled, path=path)
     except ValueError as e:  # undecodable, NUL bytes, a malformed notebook
         report.error = str(e)
     except SyntaxError as e:
@@ -156,22 +148,20 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _lint_batch(batch: Sequence[tuple[str, frozenset[str]]], assume_half: bool = False
-                ) -> list[FileReport]:
+def _lint_batch(batch: Sequence[tuple[str, frozenset[str]]]) -> list[FileReport]:
     with _fewer_collections():
-        return [lint_file(path, enabled, assume_half=assume_half) for path, enabled in batch]
+        return [lint_file(path, enabled) for path, enabled in batch]
 
 
 def lint_files(
-    items: Sequence[tuple[str, frozenset[str]]], *, jobs: int | None = None,
-    assume_half: bool = False,
+    items: Sequence[tuple[str, frozenset[str]]], *, jobs: int | None = None
 ) -> list[FileReport]:
     """Lint (path, enabled codes) pairs; results come back in the same order."""
     # --jobs is bounded by the CPUs this process may use: more workers only cost memory.
     workers = min(jobs or usable_cpus(), usable_cpus(),
                   max(1, len(items) // (PARALLEL_MIN_FILES // 2)))
     if workers <= 1 or len(items) < PARALLEL_MIN_FILES:
-        return _lint_batch(items, assume_half)
+        return _lint_batch(items)
     # Interleaved batches balance big and small files without per-file round trips.
     batches = [items[i::workers * 4] for i in range(workers * 4)]
     from concurrent.futures import ProcessPoolExecutor
@@ -180,7 +170,7 @@ def lint_files(
     gc.freeze()
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = list(pool.map(partial(_lint_batch, assume_half=assume_half), batches))
+            done = list(pool.map(_lint_batch, batches))
     finally:
         gc.unfreeze()
     by_path: dict[str, FileReport] = {r.path: r for batch in done for r in batch}

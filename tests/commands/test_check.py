@@ -16,7 +16,7 @@ from maskcheck.commands.check import main as check_main
 ROOT = Path(__file__).resolve().parents[2]
 LINT_FIXTURES = ROOT / "tests" / "lint" / "fixtures"
 BAD = (
-    "import torch  # trained with torch.autocast (float16)\n"
+    "import torch\n"
     "s = scores.masked_fill(mask, -1e9)\n"
     'm = torch.triu(torch.full((n, n), float("-inf")), diagonal=0)\n'
 )
@@ -177,7 +177,7 @@ def test_github_annotations(bad: Path) -> None:
 
 
 def test_statistics(bad: Path, tmp_path: Path) -> None:
-    (tmp_path / "more.py").write_text("s = x.half().masked_fill(m, -1e10)\n")
+    (tmp_path / "more.py").write_text("s = x.masked_fill(m, -1e10)\n")
     r = cli("--statistics", str(tmp_path))
     assert r.stdout.splitlines()[:2] == ["2\tMC501\tlarge-negative-literal",
                                          "1\tMC503\ttriu-diagonal-zero"]

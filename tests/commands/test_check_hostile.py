@@ -21,7 +21,7 @@ from maskcheck.lint import reading
 from maskcheck.lint.reading import MAX_SOURCE_BYTES, read_regular
 
 ROOT = Path(__file__).resolve().parents[2]
-GOOD = "def attend(scores, mask):  # fp16\n    return scores.masked_fill(mask, -1e9)\n"
+GOOD = "def attend(scores, mask):\n    return scores.masked_fill(mask, -1e9)\n"
 FINDING = ":2:37: MC501 "
 FORMATS = ("concise", "json", "sarif", "github")
 

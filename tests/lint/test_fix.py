@@ -75,7 +75,7 @@ def test_diff_changes_nothing_and_exits_1(tmp_path: Path) -> None:
 def test_fix_writes_only_files_with_fixable_findings(tmp_path: Path) -> None:
     bad, other = tmp_path / "bad.py", tmp_path / "other.py"
     bad.write_text(FIXABLE)
-    other.write_text("s = scores.half().masked_fill(mask, -1e9)\n")  # a finding, no safe fix
+    other.write_text("s = scores.masked_fill(mask, -1e9)\n")  # a finding, but no safe fix
     before = other.stat().st_mtime_ns
     r = cli("--fix", str(tmp_path))
     assert r.returncode == 0  # MC501 is a warning; nothing at error severity is left

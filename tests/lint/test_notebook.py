@@ -39,7 +39,7 @@ def lint_nb(tmp_path: Path, data: bytes) -> tuple[list[tuple[int | None, int | N
                                                   str | None]:
     path = tmp_path / "nb.ipynb"
     path.write_bytes(data)
-    report = lint_file(str(path), ALL, assume_half=True)
+    report = lint_file(str(path), ALL)
     return [(f.cell, f.line, f.code) for f in report.findings], report.error
 
 
@@ -135,8 +135,7 @@ def test_bom_and_string_sources_are_accepted() -> None:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "maskcheck", "check", "--assume-fp16", *args],
-                          cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "maskcheck", "check", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -178,7 +177,7 @@ def test_a_notebook_is_checked_without_torch_numpy_or_typer(tmp_path: Path) -> N
     path.write_bytes(notebook(code(FILL)))
     script = (
         "import sys\nfrom maskcheck.cli import main\n"
-        f"rc = main(['check', '--assume-fp16', '--fail-on', 'warning', {str(path)!r}])\n"
+        f"rc = main(['check', '--fail-on', 'warning', {str(path)!r}])\n"
         "print('MODULES', rc, *(m in sys.modules for m in ('torch', 'numpy', 'typer')))\n"
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -23,7 +23,7 @@ def force_scores(scores, valid):
 
 def _codes(path: Path, source: str) -> list[str]:
     path.write_text(source)
-    report = lint_file(str(path), ALL, assume_half=True)
+    report = lint_file(str(path), ALL)
     assert report.error is None, report.error
     return [f.code for f in report.findings]
 

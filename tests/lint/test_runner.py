@@ -26,16 +26,15 @@ BAD_LINE = "s = scores.masked_fill(mask, -1e9)"
     ],
 )
 def test_inline_suppression(comment: str, silenced: bool) -> None:
-    findings = lint_source(f"{BAD_LINE}  {comment}\n", ALL_CODES, assume_half=True)
+    findings = lint_source(f"{BAD_LINE}  {comment}\n", ALL_CODES)
     assert (findings == []) is silenced
 
 
 def test_noqa_on_last_line_of_multiline_call() -> None:
     src = "s = scores.masked_fill(\n    mask,\n    -1e9,\n)  # noqa: MC501\n"
-    # the finding is on line 3, the comment on 4
-    assert lint_source(src, ALL_CODES, assume_half=True) != []
+    assert lint_source(src, ALL_CODES) != []  # the finding is on line 3, the comment on 4
     src = "s = scores.masked_fill(mask,\n    -1e9)  # noqa: MC501\n"
-    assert lint_source(src, ALL_CODES, assume_half=True) == []
+    assert lint_source(src, ALL_CODES) == []
 
 
 def test_bare_noqa_means_everything() -> None:
@@ -44,12 +43,11 @@ def test_bare_noqa_means_everything() -> None:
 
 def test_selection_limits_rules() -> None:
     assert lint_source(BAD_LINE + "\n", frozenset({"MC503"})) == []
-    found = lint_source(BAD_LINE + "\n", frozenset({"MC501"}), assume_half=True)
-    assert [f.code for f in found] == ["MC501"]
+    assert [f.code for f in lint_source(BAD_LINE + "\n", frozenset({"MC501"}))] == ["MC501"]
 
 
 def test_column_counts_characters_not_bytes() -> None:
-    (finding,) = lint_source("é = scores.masked_fill(mask, -1e9)\n", ALL_CODES, assume_half=True)
+    (finding,) = lint_source("é = scores.masked_fill(mask, -1e9)\n", ALL_CODES)
     assert finding.col == "é = scores.masked_fill(mask, ".index("mask,") + 7
 
 
@@ -66,7 +64,7 @@ def test_unreadable_source_is_reported_not_raised(
 ) -> None:
     path = tmp_path / "bad.py"
     path.write_bytes(data)
-    report = lint_file(str(path), ALL_CODES, assume_half=True)
+    report = lint_file(str(path), ALL_CODES)
     assert report.error is not None and problem in report.error
     assert path.read_bytes() == data  # never modified
 
@@ -74,7 +72,7 @@ def test_unreadable_source_is_reported_not_raised(
 def test_latin1_cookie_is_honoured(tmp_path: Path) -> None:
     path = tmp_path / "latin.py"
     path.write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9'\ns = x.masked_fill(m, -1e9)\n")
-    report = lint_file(str(path), ALL_CODES, assume_half=True)
+    report = lint_file(str(path), ALL_CODES)
     assert report.error is None and [f.code for f in report.findings] == ["MC501"]
 
 
@@ -86,7 +84,7 @@ def _module(n_defs: int, hot_body: str) -> str:
 
 def test_whole_file_is_linted_whatever_precedes_the_bug() -> None:
     src = _module(20, BAD_LINE)
-    (finding,) = lint_source(src, ALL_CODES, assume_half=True)
+    (finding,) = lint_source(src, ALL_CODES)
     assert src.splitlines()[finding.line - 1].strip() == BAD_LINE
 
 
@@ -102,28 +100,27 @@ def create_block_mask(n, b):
 
 def test_seed_block_mask_found_after_unrelated_code() -> None:
     src = _module(20, "return scores") + SEED_BLOCK_MASK
-    assert [f.code for f in lint_source(src, ALL_CODES, assume_half=True)] == ["MC504"]
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC504"]
 
 
 def test_setup_line_in_another_top_level_statement_is_followed() -> None:
     src = _module(12, "return scores") + (
         "BIG = torch.full((4, 4), float('-inf'))\n" + "x = 1\n" * 12
         + "CAUSAL = torch.triu(BIG)\n")
-    assert [f.code for f in lint_source(src, ALL_CODES, assume_half=True)] == ["MC503"]
+    assert [f.code for f in lint_source(src, ALL_CODES)] == ["MC503"]
 
 
 def test_code_in_strings_and_docstrings_is_never_linted() -> None:
     template = 'TEMPLATE = """\nscores = scores.masked_fill(mask, -1e9)\n"""\n'
     src = _module(20, "return scores") + template + '"""\nmask.masked_fill(m, -1e9)\n"""\n'
-    assert lint_source(src, ALL_CODES, assume_half=True) == []
+    assert lint_source(src, ALL_CODES) == []
 
 
 @pytest.mark.parametrize("newline", ["\r", "\r\n"])
 def test_cr_and_crlf_line_endings_give_the_lf_findings(newline: str) -> None:
     src = _module(10, BAD_LINE) + SEED_BLOCK_MASK
-    lf = [(f.code, f.line, f.col) for f in lint_source(src, ALL_CODES, assume_half=True)]
-    other = [(f.code, f.line, f.col)
-             for f in lint_source(src.replace("\n", newline), ALL_CODES, assume_half=True)]
+    lf = [(f.code, f.line, f.col) for f in lint_source(src, ALL_CODES)]
+    other = [(f.code, f.line, f.col) for f in lint_source(src.replace("\n", newline), ALL_CODES)]
     assert other == lf and len(lf) == 2
 
 
@@ -135,7 +132,7 @@ def test_cr_and_crlf_line_endings_give_the_lf_findings(newline: str) -> None:
 def test_parser_bombs_are_one_line_errors(tmp_path: Path, bomb: str) -> None:
     path = tmp_path / "bomb.py"
     path.write_text(bomb)
-    report = lint_file(str(path), ALL_CODES, assume_half=True)
+    report = lint_file(str(path), ALL_CODES)
     assert report.findings == [] and report.error is not None
     assert "\n" not in report.error
 
@@ -154,8 +151,8 @@ def test_parallel_results_keep_order(tmp_path: Path) -> None:
         p = tmp_path / f"m{i:02d}.py"
         p.write_text(BAD_LINE + "\n" if i % 3 == 0 else "x = 1\n")
         items.append((str(p), ALL_CODES))
-    serial = lint_files(items, jobs=1, assume_half=True)
-    parallel = lint_files(items, jobs=2, assume_half=True)
+    serial = lint_files(items, jobs=1)
+    parallel = lint_files(items, jobs=2)
     assert [r.path for r in parallel] == [p for p, _ in items]
     assert [len(r.findings) for r in parallel] == [len(r.findings) for r in serial]
     assert sum(len(r.findings) for r in parallel) == 20
@@ -180,6 +177,6 @@ def test_jobs_is_bounded_by_the_usable_cpus(
 
     monkeypatch.setattr(runner, "usable_cpus", lambda: 1)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
-    reports = runner.lint_files(files, jobs=1000, assume_half=True)
+    reports = runner.lint_files(files, jobs=1000)
     assert [r.path for r in reports] == [p for p, _ in files]
     assert all([f.code for f in r.findings] == ["MC503"] for r in reports)
