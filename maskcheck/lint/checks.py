@@ -1091,7 +1091,7 @@ class Linter:
             # `(1.0 - keep.to(s.dtype)) * -1e15`: the inversion of a 0/1 keep-mask is a mask
             # whatever its name (NVIDIA/apex#93)
             if self._is_large_negative(big) and (mentions_mask(other) or self._inverted_mask(
-                    other)) and not self._is_bool(other):
+                    other)) and not self._is_bool(other) and not self._int_product(big, other):
                 self._large_negative(big, "an additive mask", other)
             # `torch.eye(n) * float('-inf')` (a reformer port's self-token mask): the identity
             # is 0 off the diagonal, so that is NaN too
@@ -1111,6 +1111,16 @@ class Linter:
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
+
+    def _int_product(self, big: ast.AST, other: ast.AST) -> bool:
+        """`mask_bool.int() * -65505 * 2` (exllamav2's padding bias): an integer tensor times a
+        Python int that fits int32 is an exact integer, times a Python float a float32 tensor;
+        neither overflows, and a float16 tensor plus either (or `.half()` of it) holds -inf
+        there without raising (checked on torch 2.13): the value the fix would write."""
+        if self.value(other).dtype != "int":
+            return False
+        v = number(big, self.lookup)
+        return v is not None and (_is_float_literal(big, self.lookup) or abs(v) < 2 ** 31)
 
     def _inverted_mask(self, node: ast.AST) -> bool:
         """`1 - keep`, `1.0 - keep.to(s.dtype)`: an inverted 0/1 mask of any name; not
@@ -1387,7 +1397,8 @@ class Linter:
         value = argument(call, 1 + shift, "value")
         condition = argument(call, 0 + shift, "mask")
         target_facts = self.value(target) if target is not None else UNKNOWN
-        if value is not None and self._is_large_negative(value):
+        if value is not None and self._is_large_negative(value) and not self._fill_fits(
+                value, target, condition):
             self._large_negative(value, name, target)
         elif value is not None and target is not None and self._masking_default(
                 value) is not None and self._is_scores(target):
@@ -1428,6 +1439,27 @@ class Linter:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
                             "forward: the stored mask is rewritten on every call; use "
                             "masked_fill (out of place)")
+
+    def _fill_fits(self, value: ast.AST, target: ast.AST | None,
+                   condition: ast.AST | None) -> bool:
+        """A masked_fill whose tensor cannot be float16 (checked on torch 2.13):
+        `(m * 1.0).masked_fill(m, -1e9)` (Falcon's mask in petals and transformers): the fill
+        condition is a bool tensor, and a bool tensor times a Python float is float32, times a
+        Python int int64; an integer tensor (`ids.long()`) filled with a value that fits int32.
+        A later `.to(torch.float16)` turns -1e9 into -inf without raising."""
+        if target is None:
+            return False
+        v = number(value, self.lookup)
+        if self.value(target).dtype == "int":
+            return v is not None and abs(v) < 2 ** 31
+        if condition is None or not isinstance(target, ast.BinOp) or not isinstance(
+                target.op, (ast.Mult, ast.Add, ast.Sub)):
+            return False
+        shown = ast.dump(condition)
+        for side, scalar in ((target.left, target.right), (target.right, target.left)):
+            if ast.dump(side) == shown and number(scalar, self.lookup) is not None:
+                return True
+        return False
 
     def _is_fill_value(self, node: ast.AST) -> bool:
         """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
@@ -1827,7 +1859,8 @@ class Linter:
         self._note_role(causal, "causal", follow=False)
         self._note_role(mask, "keep-sdpa")
         causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
-        if causal_on and mask is not None and not is_none(mask):
+        if causal_on and mask is not None and not is_none(mask) and not self._causal_without_mask(
+                call, causal, mask):
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
@@ -1858,6 +1891,43 @@ class Linter:
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
+
+    def _causal_without_mask(self, call: ast.Call, causal: ast.AST | None, mask: ast.AST) -> bool:
+        """Every `is_causal = True` before the call sits in a block that also sets the mask to
+        None, and nothing outside that if statement binds the mask again before the call:
+        funasr's SenseVoice `if not is_pad_mask: mask = None; is_causal = True`. The two never
+        reach SDPA together. (`if mask is not None: is_causal = True` is still reported.)"""
+        root = self.scope.node
+        if not (isinstance(causal, ast.Name) and isinstance(mask, ast.Name)) or root is None:
+            return False
+        blocks: list[tuple[list[ast.stmt], ast.AST, str]] = []
+        for owner in ast.walk(root):
+            for fieldname in ("body", "orelse", "finalbody"):
+                block = getattr(owner, fieldname, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    blocks.append((block, owner, fieldname))
+        found = False
+        for block, owner, fieldname in blocks:
+            for stmt in block:
+                if not (stmt.lineno < call.lineno and _binds(stmt, causal.id) and isinstance(
+                        stmt, ast.Assign) and is_true(stmt.value)):
+                    continue
+                last = [s for s in block if _stored_names(s) & {mask.id}]
+                if not last or not (isinstance(last[-1], ast.Assign) and is_none(last[-1].value)
+                                    and _binds(last[-1], mask.id)):
+                    return False
+                # The other branch of the same if may bind the mask: that path has no True.
+                other = getattr(owner, "orelse" if fieldname == "body" else "body", [])
+                exempt = {id(n) for s in block + (other if isinstance(owner, ast.If) else [])
+                          for n in ast.walk(s)}
+                end = block[-1].end_lineno or block[-1].lineno
+                for node in ast.walk(root):
+                    if (isinstance(node, ast.Name) and node.id == mask.id and isinstance(
+                            node.ctx, ast.Store) and id(node) not in exempt
+                            and end < node.lineno < call.lineno):
+                        return False
+                found = True
+        return found
 
     def _parameter_behind(self, node: ast.AST, *, follow: bool = True) -> tuple[str, bool] | None:
         """The parameter of this function (not rebound) that `node` is, through indexing,
@@ -2331,6 +2401,19 @@ def _not_bool_branch(test: ast.expr) -> tuple[str, bool] | None:
     if isinstance(op, (ast.NotEq, ast.IsNot)):
         return dtype_of_name[0], True
     return None
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    """A plain `name = ...` (one of the targets)."""
+    return isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+
+
+def _is_float_literal(node: ast.AST, lookup: Any = None) -> bool:
+    """A Python number written with a float in it (`-1e9`, `float("-1e9")`, `-65505 * 2.0`)."""
+    return any((isinstance(n, ast.Constant) and isinstance(n.value, float)) or (
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float")
+        for n in ast.walk(node))
 
 
 def _assigns_name(body: list[ast.stmt], name: str) -> bool:
