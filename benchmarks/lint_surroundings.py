@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|heldout3|heldout4|all]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout5|all]
                                            [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
@@ -250,7 +250,8 @@ def _own_returns(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Retur
 def module_level(source: str) -> Rewritten | None:
     """Every top-level function's body run at module level: `def f(...):` becomes `if True:`
     (its decorators and the rest of its header become comments, an annotated parameter becomes
-    a declaration `name: Annotation` on a line of its own), `return x` becomes `_ = x`."""
+    a declaration `name: Annotation` on a line of its own, a parameter with a default the
+    assignment `name = default`), `return x` becomes `_ = x`."""
     tree = ast.parse(source)
     lines = [s.encode() for s in source.split("\n")]
     edits: list[tuple[int, int, int, bytes]] = []  # line, byte col, byte end, new text
@@ -271,10 +272,16 @@ def module_level(source: str) -> Rewritten | None:
             edits.append((number, 0, len(lines[number - 1]), text))
         indent = " " * stmt.body[0].col_offset
         args = stmt.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = {a.arg: d for a, d in [
+            *zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+            *zip(args.kwonlyargs, args.kw_defaults, strict=True)] if d is not None}
         declared[stmt.lineno] = [
-            f"{indent}{a.arg}: {ast.unparse(a.annotation)}"
-            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
-            if a.annotation is not None]
+            f"{indent}{a.arg}"
+            + (f": {ast.unparse(a.annotation)}" if a.annotation is not None else "")
+            + (f" = {ast.unparse(defaults[a.arg])}" if a.arg in defaults else "")
+            for a in [*positional, *args.kwonlyargs]
+            if a.annotation is not None or a.arg in defaults]
         for ret in returns:
             word = b"_ =" if ret.value is not None else b"pass"
             edits.append((ret.lineno, ret.col_offset, ret.col_offset + len("return"), word))
@@ -578,7 +585,8 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4", "all"],
+    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4",
+                                       "heldout5", "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()

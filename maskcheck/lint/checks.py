@@ -143,6 +143,8 @@ class _Scope:
     fp16_guard: bool = False
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
+    # function scopes: parameters whose default is a masking value (`fill=-1e10`)
+    masking_defaults: dict[str, float] = field(default_factory=dict)
     method: bool = False  # a function defined in a class body that takes self (or cls) first
     in_class: bool = False  # defined in a class body: called as self.name(...), static or not
     values: dict[str, Value] = field(default_factory=dict)
@@ -744,13 +746,20 @@ class Linter:
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
         positional = [*args.posonlyargs, *args.args]
-        for arg, default in [*zip(positional[len(positional) - len(args.defaults):],
-                                  args.defaults, strict=True),
-                             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+        with_default = positional[len(positional) - len(args.defaults):]
+        defaults = [*zip(with_default, args.defaults, strict=True),
+                    *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        for arg, default in defaults:
             if default is not None and (isinstance(default, ast.Constant) or (
                     isinstance(default, ast.UnaryOp)
                     and isinstance(default.operand, ast.Constant))):
                 scope.defaults[arg.arg] = default
+            # `def pool(h, keep, fill=-1e10)`, `__init__(self, mask_value=-1e10)`: a masking
+            # value as the default is the value every call that leaves it out fills with
+            # (NVIDIA/apex#1105's -1e10)
+            v = number(default) if default is not None else None
+            if v is not None and math.isfinite(v) and v < -FP16_MAX:
+                scope.masking_defaults[arg.arg] = v
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
         if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
                 scope.values.get("attention_mask") in (UNKNOWN, TENSOR)):
@@ -826,6 +835,12 @@ class Linter:
         if facts and done.in_class and self.scope.kind == "class":
             # `self.name(...)` in the methods below gives what every return of it gives
             self.scope.values["self." + done.name] = facts
+        if done.kind == "class" and done.name:
+            # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
+            # its returns give, called through the class (or an alias of it)
+            for key, helper in done.values.items():
+                if "." not in key and (helper.returns_bool or helper.result is not None):
+                    self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
         if done.kind == "class":
             self._class_attrs[done.name] = {
                 key: value for key, value in done.values.items()
@@ -1060,6 +1075,13 @@ class Linter:
             facts = replace(facts, hf_keep=False)
         if facts:
             scope.values[name] = facts
+        if isinstance(value, ast.Name):
+            # `mb = MaskBuilders`: the alias's static helpers are the class's
+            prefix = value.id + "."
+            for outer in self.scopes:
+                for key, helper in list(outer.values.items()):
+                    if key.startswith(prefix):
+                        scope.values[name + "." + key[len(prefix):]] = helper
         if scope.kind == "function" and scope is self.scope:
             scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
         if isinstance(value, ast.Call):
@@ -1204,8 +1226,12 @@ class Linter:
             if self._is_large_negative(big) and (mentions_mask(other) or self._inverted_mask(
                     other)) and not self._is_bool(other) and not self._int_product(big, other):
                 self._large_negative(big, "an additive mask", other)
+            # `torch.eye(n) * float('-inf')` (a reformer port's self-token mask): the identity
+            # is 0 off the diagonal, so that is NaN too
+            eye = isinstance(other, ast.Call) and is_module_call(other) and call_name(
+                other, self.lookup) == "eye" and dtype_of(kwarg(other, "dtype")) != "bool"
             if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
-                    other) or one_minus(other)):
+                    other) or one_minus(other) or eye):
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
@@ -1285,7 +1311,10 @@ class Linter:
             elif self.value(other).finfo_min and not clamped:
                 self._note_role(mask_node, "addmin")  # `mask += padding_at_finfo_min`
         left, right = self.value(node.left), self.value(node.right)
-        if left.finfo_min and right.finfo_min and not clamped:
+        if not clamped and right.finfo_min and (left.finfo_min or any(
+                self.value(term).finfo_min for term in _added_terms(node.left))):
+            # `scores + causal + padding` (EleutherAI/gpt-neox PR #25): the two masks meet in
+            # one chain of additions, whatever comes first
             self.report("MC513", node, "two masks filled with finfo.min added together: the "
                         "sum overflows to -inf and a fully masked row becomes NaN; combine "
                         "them with torch.minimum or a bool mask")
@@ -1519,6 +1548,12 @@ class Linter:
             held = self.lookup("self." + (self_attr(value) or "")).number
             if held is not None and math.isfinite(held) and held < -FP16_MAX:
                 self._large_negative(value, name, target)
+        elif value is not None and target is not None and self._masking_default(
+                value) is not None and self._is_scores(target):
+            # `def pool(scores, keep, fill=-1e10): scores.masked_fill(~keep, fill)`: every call
+            # that leaves the default fills the scores with it (NVIDIA/apex#1105). Only for
+            # scores: a default fill of log-probs or DP tables is float32 work.
+            self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
                 target_facts.dtype in HALF_DTYPES):
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
@@ -1650,6 +1685,8 @@ class Linter:
             return  # bfloat16 has float32's range: -1e9 is finite there
         text = self._text(value)
         v = number(value, self.lookup)
+        if v is None:
+            v = self._masking_default(value)
         shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
         before = len(self.hits)
         self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
@@ -1658,8 +1695,23 @@ class Linter:
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
 
+    def _masking_default(self, node: ast.AST) -> float | None:
+        """The masking default of the parameter `node` names, while it is not rebound."""
+        if not isinstance(node, ast.Name):
+            return None
+        for scope in reversed(self.scopes):
+            if scope.kind != "function":
+                continue
+            if node.id in scope.masking_defaults and node.id not in scope.assigned:
+                return scope.masking_defaults[node.id]
+            if node.id in scope.assigned or node.id in scope.values:
+                return None
+        return None
+
     def _fits_bf16(self, value: ast.AST) -> bool:
         v = number(value, self.lookup)
+        if v is None:
+            v = self._masking_default(value)
         return v is not None and abs(v) <= BF16_MAX
 
     def _own_parameter(self, node: ast.AST | None) -> _Param | None:
@@ -1980,6 +2032,18 @@ class Linter:
     # --- MC505 ---
 
     def _inplace_fill(self, call: ast.Call) -> None:
+        base = receiver(call)
+        fill = argument(call, 1, "value")
+        key = base.id if isinstance(base, ast.Name) else (
+            "self." + base.attr if isinstance(base, ast.Attribute) and isinstance(
+                base.value, ast.Name) and base.value.id == "self" else None)
+        if key is not None and fill is not None and is_masking_value(fill, self.lookup):
+            # `self.mask.masked_fill_(future, -1e9)` on a buffer of ones (the seed's model):
+            # from here on it holds large negatives, so multiplying by it is MC523
+            facts = self.lookup(key)
+            if facts.all_ones or facts.zeros or facts.additive:
+                self.scope.values[key] = Value(dtype=facts.dtype, additive=True,
+                                               finfo_min=is_finfo_min(fill, self.lookup))
         if self.scope.no_grad:
             return
         base = receiver(call)
@@ -2045,12 +2109,20 @@ class Linter:
         causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
             is_true(branch) or self.value(branch).flag is True
             for branch in (causal.body, causal.orelse)))
+        query = argument(call, 0, "query")
         if causal is not None and causal_may and key is not None and self.value(key).cached and (
                 not self._cache_gated(call, key)):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
                         "for one query)")
+        elif causal is not None and causal_on and query is not None and key is not None and (
+                self.value(query).last_position and not self.value(key).last_position):
+            # pytorch/pytorch#115111: `sdpa(query[:, -1, :], key, value, is_causal=True)`
+            self.report("MC510", causal, f"{self._text(query)} holds only the last position "
+                        "(L = 1 < S): is_causal=True aligns the mask to the top-left, so it "
+                        "sees only the first key; drop is_causal for a query that may see "
+                        "every key")
         if mask is None or is_none(mask):
             return
         facts = self.value(mask)
@@ -2746,6 +2818,16 @@ def _join(a: Value, b: Value) -> Value:
         return a
     return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
                     if getattr(a, f.name) == getattr(b, f.name)})
+
+
+def _added_terms(node: ast.AST) -> list[ast.AST]:
+    """The terms of a chain of additions `a + b + c` (left-nested BinOps), in order."""
+    terms: list[ast.AST] = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        terms.append(node.right)
+        node = node.left
+    terms.append(node)
+    return terms[::-1]
 
 
 def _is_test_path(path: str) -> bool:

@@ -105,6 +105,9 @@ class Value:
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
+    # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
+    # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
+    last_position: bool = False
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -473,6 +476,9 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(dtype="int", hf_keep=True)
     if _cache_prefix(node):
         return Value(cached=True)
+    if _last_position_index(key):
+        return replace(base, last_position=True, tokens=False, api=None, mha=False,
+                       number=None, tri=None) if base else Value(last_position=True)
     if base in (UNKNOWN, TENSOR) and _extends_hf_mask(node):
         return Value(hf_keep=True)
     if not base:
@@ -481,6 +487,19 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+
+
+def _last_position_index(key: ast.AST) -> bool:
+    """`[:, -1:, :]`, `[:, -1]`, `[..., -1:, :]`: a subscript that keeps only the last position of
+    an axis after the first (the batch axis is never the sequence)."""
+    parts = key.elts if isinstance(key, ast.Tuple) else []
+    for part in parts[1:]:
+        if isinstance(part, ast.Slice) and part.upper is None and part.step is None and (
+                number(part.lower) == -1 if part.lower is not None else False):
+            return True
+        if not isinstance(part, ast.Slice) and number(part) == -1:
+            return True
+    return False
 
 
 def _extends_hf_mask(node: ast.Subscript) -> bool:
@@ -647,6 +666,11 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             if a.zero_one and is_masking_value(b_node, lookup) and not is_neg_inf(
                     b_node, lookup):
                 return Value(additive=True)
+            if a.all_ones and is_masking_value(b_node, lookup):
+                # `torch.ones(sz, sz) * float('-inf')` (the seed guide's causal mask, before
+                # its triu): -inf everywhere, as torch.full(..., -inf) is
+                return Value(dtype=a.dtype, additive=True,
+                             finfo_min=bool(b.finfo_min or is_finfo_min(b_node, lookup)))
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
         return Value(zero_one=True, tri=_COMPLEMENT.get(right.tri or ""),
                      dtype=right.dtype)
@@ -698,14 +722,35 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
                 return function.result  # what every return of a function defined above gives
             if function.returns_bool:
                 return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
-        return UNKNOWN
+        return _applied_to_last_position(call, name, lookup)
+    if name not in _KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
+        return Value(last_position=True)
     if isinstance(base_node, ast.Name) and base_node.id == "self" and isinstance(
             call.func, ast.Attribute):
         method = lookup("self." + call.func.attr)
         if isinstance(method.result, Value):
             return method.result  # `self.get_alibi_mask(h, n)`: a method of the class above
+    if isinstance(base_node, ast.Name):
+        helper = lookup(f"{base_node.id}.{name}")  # a static helper of a class of this file
+        if isinstance(helper.result, Value):
+            return helper.result
+        if helper.returns_bool:
+            return Value(dtype="bool")
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
+
+
+# Calls that join or reduce their inputs: their result no longer holds one position.
+_JOINS = frozenset({"cat", "concat", "stack", "len", "sum", "mean", "max", "min", "pad", "repeat",
+                    "expand", "broadcast_to", "where", "masked_fill", "softmax"})
+
+
+def _applied_to_last_position(call: ast.Call, name: str, lookup: Lookup) -> Value:
+    """`self._heads(self.q(hidden[:, -1:, :]))`: a layer or reshape applied to the last position
+    still holds one position."""
+    if name in _JOINS or not call.args:
+        return UNKNOWN
+    return Value(last_position=True) if describe(call.args[0], lookup).last_position else UNKNOWN
 
 
 def _describe_factory(
@@ -730,6 +775,11 @@ def _describe_factory(
         return Value(dtype=dtype_kw or "bool")  # torch.tensor([True, False]): a bool tensor
     if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
         return Value(finfo_min=True, additive=True)
+    if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
+                "FloatTensor"} and call.args:
+        # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
+        # `src == 0` is a bool tensor (nlpyang/BertSum#73's `1 - (src == 0)`)
+        return Value(tensor=True, dtype=dtype_kw)
     if name in _FULL_FUNCS:
         fill = argument(call, 1, "fill_value")
         if fill is None:

@@ -1,0 +1,55 @@
+"""Held-out 5 twin: head-masked attention whose fill values fit the dtype autocast gives the scores.
+
+Source: the fix discussed on NVIDIA/apex#1105 (a fill value half precision can hold), written as the
+dtype's own minimum.
+"""
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class HeadMaskedAttention(nn.Module):
+    def __init__(self, dim: int, n_heads: int, mask_value: Optional[float] = None) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = dim // n_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.mask_value = mask_value
+
+    def forward(self, x: torch.Tensor, head_mask: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        attn_scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        neg = torch.finfo(attn_scores.dtype).min if self.mask_value is None else self.mask_value
+        heads = []
+        for h in range(self.n_heads):
+            attn_scores_head = attn_scores[:, h]
+            attn_scores_head = attn_scores_head.masked_fill(head_mask[:, h] == 0, neg)
+            heads.append(attn_scores_head)
+        attn_scores = torch.stack(heads, dim=1)
+        attn_scores = attn_scores.masked_fill(pad[:, None, None, :], neg)
+        probs = F.softmax(attn_scores, dim=-1)
+        return self.out((probs @ v).transpose(1, 2).reshape(b, n, d))
+
+
+def attention_pool(hidden: torch.Tensor, keep: torch.Tensor, scorer: nn.Linear) -> torch.Tensor:
+    scores = scorer(hidden).squeeze(-1)
+    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return torch.einsum("bn,bnd->bd", scores.softmax(-1), hidden)
+
+
+def train_step(model: nn.Module, batch: dict, opt: torch.optim.Optimizer,
+               scaler: torch.cuda.amp.GradScaler) -> float:
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        logits = model(batch["x"], batch["head_mask"], batch["pad"])
+        loss = F.cross_entropy(logits.mean(1), batch["y"])
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    return float(loss)

@@ -1,0 +1,45 @@
+"""Held-out 5 twin: the last-token and draft-verification calls with masks aligned to the last key.
+
+Source: the workaround on pytorch/pytorch#115111 (no causal flag for a query that may see every key)
+and the lower-right causal mask `tril(ones(L, S), diagonal=S - L)` for several new queries.
+"""
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LastTokenRewardHead(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.score = nn.Linear(dim, 1)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, d = t.shape
+        return t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        q = self._heads(self.q(hidden[:, -1:, :]))
+        k, v = (self._heads(t) for t in self.kv(hidden).chunk(2, dim=-1))
+        pooled = F.scaled_dot_product_attention(q, k, v)
+        return self.score(pooled.transpose(1, 2).flatten(2)).squeeze(-1)
+
+
+def last_position_output(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(query[:, -1:, :], key, value)
+
+
+def verify_draft(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 cache: Optional[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    # q, k, v hold the draft tokens only; the cache holds the accepted prefix
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)
+        v = torch.cat([cache[1], v], dim=-2)
+    L, S = q.size(-2), k.size(-2)
+    allowed = torch.ones(L, S, dtype=torch.bool, device=q.device).tril(diagonal=S - L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
