@@ -568,8 +568,7 @@ class Linter:
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
-        self._local_defs = {node.name for node in ast.walk(tree) if isinstance(
-            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        self._local_defs = _defined_names(tree)
         self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
@@ -2459,15 +2458,33 @@ def _result_of(scope: _Scope) -> Value | None:
     some path returns nothing or the function is a generator)."""
     if scope.kind != "function" or not scope.name or not scope.returns:
         return None
-    node = scope.node
-    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
-        return None
     joined = scope.returns[0]
     for value in scope.returns[1:]:
         joined = _join(joined, value)
     if not joined or joined.param_roles or joined.mha or joined.api:
         return None
+    # Last: most functions' returns share nothing, and this walks the whole function.
+    node = scope.node
+    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
+        return None
     return joined
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """The names of every function and class the module defines, at any depth. A definition is
+    a statement, so only statement lists are searched, not expressions (the same set as
+    `ast.walk` finds, for a fraction of the nodes)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        for block_name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, block_name, None)
+            if isinstance(block, list):
+                pending.extend(block)
+    return names
 
 
 def _batch_attention_mask(node: ast.AST) -> bool:
