@@ -2562,11 +2562,7 @@ def _softmax_inputs(node: ast.AST | None) -> frozenset[str]:
 
 def _summed_names(node: ast.AST) -> list[str]:
     """The plain names among the terms of `a + b + c` (or the one name `a`)."""
-    if isinstance(node, ast.Name):
-        return [node.id]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _summed_names(node.left) + _summed_names(node.right)
-    return []
+    return [term.id for term in _added_terms(node) if isinstance(term, ast.Name)]
 
 
 def _similarity_name(node: ast.AST) -> bool:
