@@ -1,18 +1,19 @@
 """Same findings, two engines: `maskcheck check` of a baseline git ref against the working tree.
 
-    python -P benchmarks/lint_equivalence.py [--base main] [TREE ...] [--refresh-base]
+    python -P benchmarks/lint_equivalence.py [--base main] [--new REF] [TREE ...] [--refresh-base]
 
 Each TREE (default: the installed transformers' `models/`, every code base under
 benchmarks/_work/corpora, and benchmarks/lint_recall) is checked by both engines with
 `python -P -m maskcheck.commands.check --output-format json --exit-zero TREE`, each run with
 its own PYTHONPATH: the baseline is `git archive` of the ref's `maskcheck/` into
-benchmarks/_work/equivalence/engines/<sha>/, the new engine is this checkout. Every difference
-is printed (file, line, col, code, message; error lines; files only one engine read), and the
-script exits 1 on any.
+benchmarks/_work/equivalence/engines/<sha>/, the new engine is this checkout (or `--new REF`,
+extracted the same way). Every difference is printed (file, line, col, code, message; error
+lines; files only one engine read), and the script exits 1 on any.
 
-The baseline's JSON for a tree is kept in benchmarks/_work/equivalence/results/<sha>/, keyed by
-the tree's path and a fingerprint of its files (path, size, mtime), so a baseline is run once
-per ref and tree; `--refresh-base` runs it again.
+The JSON of a ref's engine for a tree is kept in benchmarks/_work/equivalence/results/<sha>/,
+keyed by the tree's path and a fingerprint of its files (path, size, mtime), so each ref is run
+once per tree (a `--new` ref's results serve as a later baseline); `--refresh-base` runs the
+baseline again. The working tree's results are never kept.
 """
 
 from __future__ import annotations
@@ -165,20 +166,31 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trees", nargs="*", type=Path)
     ap.add_argument("--base", default="main", help="git ref of the baseline engine")
+    ap.add_argument("--new", help="git ref of the engine to compare (default: this checkout, "
+                    "uncommitted changes included)")
     ap.add_argument("--refresh-base", action="store_true")
     ap.add_argument("--quiet", "-q", action="store_true", help="print only differences")
     args = ap.parse_args()
     trees = [t.resolve() for t in args.trees] or default_trees()
     sha, engine = base_engine(args.base)
-    print(f"baseline {args.base} = {sha[:10]} ({engine}); new = {ROOT} "
-          f"({git('rev-parse', '--short', 'HEAD')}"
-          f"{' + uncommitted changes' if git('status', '--porcelain', 'maskcheck') else ''})")
+    new_sha = ""
+    if args.new:
+        new_sha, new_engine = base_engine(args.new)
+        where = f"{args.new} = {new_sha[:10]}"
+    else:
+        new_engine = ROOT
+        dirty = " + uncommitted changes" if git("status", "--porcelain", "maskcheck") else ""
+        where = f"{ROOT} ({git('rev-parse', '--short', 'HEAD')}{dirty})"
+    print(f"baseline {args.base} = {sha[:10]} ({engine}); new = {where}")
     files = hits = errors = 0
     diffs: list[str] = []
     totals = [0.0, 0.0, 0.0, 0.0]
     for tree in trees:
         base_report, bw, bc = cached_base(sha, engine, tree, args.refresh_base)
-        new_report, nw, nc = run_engine(ROOT, tree)
+        if new_sha:
+            new_report, nw, nc = cached_base(new_sha, new_engine, tree, False)
+        else:
+            new_report, nw, nc = run_engine(new_engine, tree)
         old, new = findings(base_report), findings(new_report)
         here = compare(old, new)
         diffs += here
