@@ -52,6 +52,7 @@ from maskcheck.lint.values import (
     self_attr,
     token_ids_name,
 )
+from maskcheck.lint.walk import subnodes
 
 MASK_KWARGS = frozenset(
     {"attn_mask", "mask", "src_mask", "tgt_mask", "memory_mask", "attention_mask"}
@@ -285,7 +286,7 @@ def mentions_half(node: ast.AST) -> bool:
     return any(
         (isinstance(n, ast.Attribute) and n.attr in {"float16", "half"})
         or (isinstance(n, ast.Constant) and n.value in {"float16", "fp16", "half"})
-        for n in ast.walk(node)
+        for n in subnodes(node)
     )
 
 
@@ -375,7 +376,7 @@ def _named_mask(node: ast.AST, left: bool) -> bool:
     """`pad_mask`, `self.causal_mask`, `pad_mask[:, None]`: a mask by its own dotted name
     (MC508 asks for it on a cast float mask added to scores)."""
     if isinstance(node, ast.Subscript):
-        if left and any(isinstance(n, _BRACKETS) for n in ast.walk(node.slice)):
+        if left and any(isinstance(n, _BRACKETS) for n in subnodes(node.slice)):
             return False
         node = node.value
     name = dotted(node)
@@ -386,7 +387,7 @@ def _names_a_mask(node: ast.AST) -> bool:
     """A mask by name (`mask`, `causal`, `extended`), not a `bias`: an additive mask times a
     mask stays a mask (LED, Funnel), but `bias * pad_bias` multiplies a learned pair bias
     (Biohub/esm's pair representation) by -inf."""
-    return any(word in (dotted(n) or "").lower() for n in ast.walk(node)
+    return any(word in (dotted(n) or "").lower() for n in subnodes(node)
                for word in ("mask", "causal", "extended"))
 
 
@@ -1026,7 +1027,7 @@ class Linter:
                         self.scope.values[element.id] = Value(cached=True)
 
     def _forget_targets(self, target: ast.AST) -> None:
-        for sub in ast.walk(target):
+        for sub in subnodes(target):
             if isinstance(sub, ast.Name):
                 scope = self._owner(sub.id) if self.scope.outer_names else self.scope
                 self._forget(sub.id, scope)
@@ -2410,7 +2411,7 @@ def _dtype_tested(function: ast.AST | None, name: str) -> bool:
     it handles masks of more than one kind."""
     return function is not None and any(
         isinstance(n, ast.Attribute) and n.attr in {"dtype", "is_floating_point"}
-        and isinstance(n.value, ast.Name) and n.value.id == name for n in ast.walk(function))
+        and isinstance(n.value, ast.Name) and n.value.id == name for n in subnodes(function))
 
 
 def _container_class(value: ast.expr) -> str | None:
@@ -2465,7 +2466,7 @@ def _result_of(scope: _Scope) -> Value | None:
         return None
     # Last: most functions' returns share nothing, and this walks the whole function.
     node = scope.node
-    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
+    if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in subnodes(node)):
         return None
     return joined
 
@@ -2610,13 +2611,13 @@ _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def _test_names(test: ast.expr) -> set[str]:
     """The names and dotted attributes an `if` test reads (`use_kv_cache`, `self.kv_cache`)."""
-    names = {dotted(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+    names = {dotted(n) for n in subnodes(test) if isinstance(n, (ast.Name, ast.Attribute))}
     return {n for n in names if n is not None and n != "self"}
 
 
 def _stored_dotted(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> set[str]:
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    return {dotted(n) or "" for t in targets for n in ast.walk(t)
+    return {dotted(n) or "" for t in targets for n in subnodes(t)
             if isinstance(n, (ast.Name, ast.Attribute))}
 
 
@@ -2734,7 +2735,7 @@ def _stored_names(stmt: ast.stmt) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
         for target in targets:
-            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+            names.update(n.id for n in subnodes(target) if isinstance(n, ast.Name))
         for field_name in _STATEMENT_LISTS:
             todo.extend(getattr(node, field_name, ()))
     return names
@@ -2795,12 +2796,12 @@ def _is_float_literal(node: ast.AST, lookup: Any = None) -> bool:
     """A Python number written with a float in it (`-1e9`, `float("-1e9")`, `-65505 * 2.0`)."""
     return any((isinstance(n, ast.Constant) and isinstance(n.value, float)) or (
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float")
-        for n in ast.walk(node))
+        for n in subnodes(node))
 
 
 def _assigns_name(body: list[ast.stmt], name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-               for stmt in body for n in ast.walk(stmt))
+               for stmt in body for n in subnodes(stmt))
 
 
 def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from maskcheck.conventions import declares_keep
+from maskcheck.lint.walk import subnodes
 
 FP16_MAX = 65504.0
 _INF_NAMES = frozenset({"math.inf", "torch.inf", "np.inf", "numpy.inf", "np.Inf", "np.PINF"})
@@ -357,7 +358,7 @@ def _names_mask(node: ast.AST) -> bool:
         (isinstance(n, ast.Constant) and isinstance(n.value, str) and "mask" in n.value)
         or (isinstance(n, ast.Name) and "mask" in n.id.lower())
         or (isinstance(n, ast.Attribute) and "mask" in n.attr.lower())
-        for n in ast.walk(node))
+        for n in subnodes(node))
 
 
 def names_log_sum_exp(node: ast.AST) -> bool:
@@ -371,7 +372,7 @@ def names_log_sum_exp(node: ast.AST) -> bool:
 
 def mentions_mask(node: ast.AST) -> bool:
     """A name that reads as an attention mask or bias (MC501's filter)."""
-    for n in ast.walk(node):
+    for n in subnodes(node):
         text = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
         low = text.lower()
         if any(word in low for word in ("mask", "bias", "causal", "extended")):
