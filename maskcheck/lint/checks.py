@@ -9,6 +9,7 @@ the benefit of the doubt.
 from __future__ import annotations
 
 import ast
+import bisect
 import math
 import re
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from maskcheck.lint.values import (
     self_attr,
     token_ids_name,
 )
+from maskcheck.lint.walk import FIELDS as WALK_FIELDS
 from maskcheck.lint.walk import subnodes
 
 MASK_KWARGS = frozenset(
@@ -483,6 +485,8 @@ class Linter:
         # The module and, built only when MC510 is about to fire, each node's parent.
         self._tree: ast.AST | None = None
         self._parent_of: dict[int, ast.AST] | None = None
+        # Built on the first question about scores by use (see `_softmax_inputs_by_scope`).
+        self._softmax_inputs: dict[int, frozenset[str]] | None = None
 
     @property
     def scope(self) -> _Scope:
@@ -1301,7 +1305,9 @@ class Linter:
             return False
         scope = self._binding_scope(node.id)
         if scope.softmax_inputs is None:
-            scope.softmax_inputs = _softmax_inputs(scope.node)
+            if self._softmax_inputs is None:
+                self._softmax_inputs = _softmax_inputs_by_scope(self._tree, self.source)
+            scope.softmax_inputs = self._softmax_inputs.get(id(scope.node), frozenset())
         return node.id in scope.softmax_inputs
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
@@ -2544,21 +2550,104 @@ def _inverted_operand(node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _softmax_inputs(node: ast.AST | None) -> frozenset[str]:
-    """The names a function (or module) passes to softmax: `s.softmax(-1)`, `F.softmax(s)`,
-    `torch.log_softmax(s, -1)`, and each term of a sum it passes (`softmax(s + bias, -1)`,
+def _softmax_names(call: ast.Call) -> list[str]:
+    """The names a softmax call is given: `s.softmax(-1)`, `F.softmax(s)`,
+    `torch.log_softmax(s, -1)`, and each term of a sum it is given (`softmax(s + bias, -1)`,
     `(s + m).softmax(-1)`): whatever is added there is added to the scores."""
-    if node is None:
-        return frozenset()
-    names: set[str] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and call_name(sub) in {"softmax", "log_softmax"}:
-            base = receiver(sub)
-            if base is not None and not is_module_call(sub):
-                names.update(_summed_names(base))
-            if sub.args:  # `F.softmax(s)`, and `self.softmax(s)` of an nn.Softmax
-                names.update(_summed_names(sub.args[0]))
-    return frozenset(names)
+    names: list[str] = []
+    if call_name(call) in {"softmax", "log_softmax"}:
+        base = receiver(call)
+        if base is not None and not is_module_call(call):
+            names += _summed_names(base)
+        if call.args:  # `F.softmax(s)`, and `self.softmax(s)` of an nn.Softmax
+            names += _summed_names(call.args[0])
+    return names
+
+
+# The nodes a `_Scope` can read (its `node`): the module, a class, a function or a lambda.
+_SCOPE_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _softmax_inputs_by_scope(tree: ast.AST | None, source: str) -> dict[int, frozenset[str]]:
+    """For each module, class, function and lambda node of the tree (by `id`) that has any:
+    the names passed to softmax anywhere below it, nested definitions included (a scope's
+    score tensors by their use). One walk of the module answers every scope, where a walk of
+    each scope that asks would read each node once per enclosing scope; and the walk enters
+    only statements whose lines can hold such a call (see `_lines_that_may_name`)."""
+    found: dict[int, set[str]] = {}
+    if tree is None:
+        return {}
+    lines = _lines_that_may_name(source, "softmax", tree)
+    if lines is not None and not lines:
+        return {}
+    fields_of = WALK_FIELDS
+    stack: list[tuple[ast.AST, tuple[int, ...]]] = [(tree, ())]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, owners = pop()
+        kind = type(node)
+        if kind is ast.Call:
+            names = _softmax_names(node)  # type: ignore[arg-type]
+            if names:
+                for owner in owners:
+                    found.setdefault(owner, set()).update(names)
+        elif kind in _SCOPE_NODES:
+            owners = (*owners, id(node))
+        elif lines is not None and isinstance(node, ast.stmt) and not _has_line_within(
+                lines, node.lineno, node.end_lineno or node.lineno):
+            continue  # no line of it names softmax: no call below it does
+        fields = fields_of.get(kind)
+        if fields is None:  # a node class the grammar table does not know
+            for child in ast.iter_child_nodes(node):
+                push((child, owners))
+            continue
+        for name in fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if type(value) is list:
+                for child in value:
+                    if child is not None:
+                        push((child, owners))
+            else:
+                push((value, owners))
+    return {owner: frozenset(names) for owner, names in found.items()}
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _lines_that_may_name(source: str, word: str, tree: ast.AST) -> list[int] | None:
+    """The 1-based lines of `source` (the text `tree` was parsed from) where an identifier
+    `word` can be written: those with the word in them, and those with a non-ASCII character
+    (Python reads identifiers in NFKC form: `ｓoftmax` is `softmax`). A node spelling the name
+    sits on one of them. None when the lines cannot be counted as the parser did (a carriage
+    return) or the source cannot be the tree's (it is shorter)."""
+    body = getattr(tree, "body", None)
+    last = body[-1].end_lineno if isinstance(body, list) and body else 0
+    if not source or "\r" in source or (last or 0) > source.count("\n") + 1:
+        return None
+    positions = []
+    start = source.find(word)
+    while start >= 0:
+        positions.append(start)
+        start = source.find(word, start + len(word))
+    if not source.isascii():
+        positions += [m.start() for m in _NON_ASCII.finditer(source)]
+        positions.sort()
+    lines: list[int] = []
+    line, at = 1, 0
+    for pos in positions:
+        line += source.count("\n", at, pos)
+        at = pos
+        if not lines or lines[-1] != line:
+            lines.append(line)
+    return lines
+
+
+def _has_line_within(lines: list[int], first: int, last: int) -> bool:
+    i = bisect.bisect_left(lines, first)
+    return i < len(lines) and lines[i] <= last
 
 
 def _summed_names(node: ast.AST) -> list[str]:
