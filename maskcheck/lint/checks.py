@@ -13,7 +13,7 @@ import bisect
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
@@ -49,6 +49,7 @@ from maskcheck.lint.values import (
     number,
     one_minus,
     receiver,
+    replace,
     root_name,
     self_attr,
     token_ids_name,

@@ -10,12 +10,13 @@ positive evidence, never on a missing fact.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from maskcheck.conventions import declares_keep
 from maskcheck.lint.walk import subnodes
@@ -110,8 +111,52 @@ class Value:
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
 
+    # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
+    # the facts that differ from their defaults (the class attributes, which every other
+    # field reads), so that making one, comparing two and testing one for truth read only
+    # those, not all the fields. Same results as the generated methods.
+    def __init__(self, **facts: Any) -> None:
+        own = self.__dict__
+        for name, fact in facts.items():
+            default = _DEFAULTS.get(name, _NO_FIELD)
+            if default is _NO_FIELD:
+                raise TypeError(f"Value() got an unexpected keyword argument {name!r}")
+            if fact is not default and fact != default:
+                own[name] = fact
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
     def __bool__(self) -> bool:
-        return self != UNKNOWN
+        """Whether anything is known (it is not UNKNOWN)."""
+        return bool(self.__dict__)
+
+
+_NO_FIELD = object()
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Value)}
+
+
+_T = TypeVar("_T")
+
+
+def replace(value: _T, /, **changes: Any) -> _T:
+    """`dataclasses.replace`, reading only a Value's known facts."""
+    if not isinstance(value, Value) or value.__class__ is not Value:
+        return dataclasses.replace(value, **changes)  # type: ignore[type-var]
+    new = Value()
+    own = new.__dict__
+    own.update(value.__dict__)
+    for name, fact in changes.items():
+        default = _DEFAULTS.get(name, _NO_FIELD)
+        if default is _NO_FIELD:
+            raise TypeError(f"Value() got an unexpected keyword argument {name!r}")
+        if fact is not default and fact != default:
+            own[name] = fact
+        else:
+            own.pop(name, None)
+    return new  # type: ignore[return-value]
 
 
 UNKNOWN = Value()
