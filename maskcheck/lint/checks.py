@@ -2592,11 +2592,11 @@ def _softmax_inputs_by_scope(tree: ast.AST | None, source: str) -> dict[int, fro
             if names:
                 for owner in owners:
                     found.setdefault(owner, set()).update(names)
-        elif kind in _SCOPE_NODES:
-            owners = (*owners, id(node))
         elif lines is not None and isinstance(node, ast.stmt) and not _has_line_within(
-                lines, node.lineno, node.end_lineno or node.lineno):
+                lines, _first_line(node), node.end_lineno or node.lineno):
             continue  # no line of it names softmax: no call below it does
+        if kind in _SCOPE_NODES:
+            owners = (*owners, id(node))
         fields = fields_of.get(kind)
         if fields is None:  # a node class the grammar table does not know
             for child in ast.iter_child_nodes(node):
@@ -2615,7 +2615,7 @@ def _softmax_inputs_by_scope(tree: ast.AST | None, source: str) -> dict[int, fro
     return {owner: frozenset(names) for owner, names in found.items()}
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 def _lines_that_may_name(source: str, word: str, tree: ast.AST) -> list[int] | None:
@@ -2644,6 +2644,12 @@ def _lines_that_may_name(source: str, word: str, tree: ast.AST) -> list[int] | N
         if not lines or lines[-1] != line:
             lines.append(line)
     return lines
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    """A statement's first line, its decorators included (they sit above `def` / `class`)."""
+    decorators = getattr(stmt, "decorator_list", None)
+    return min(stmt.lineno, *(d.lineno for d in decorators)) if decorators else stmt.lineno
 
 
 def _has_line_within(lines: list[int], first: int, last: int) -> bool:

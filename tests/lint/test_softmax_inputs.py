@@ -48,6 +48,12 @@ def test_softmax_of_a_module_level_name(found: Found) -> None:
     assert found(source) == [(3, "MC509")]
 
 
+def test_softmax_in_the_decorator_of_a_module_level_def(found: Found) -> None:
+    source = ("import torch\ns = torch.randn(3, 3)\ns += torch.ones(3, 3).bool()\n\n\n"
+              "@register(\n    s.softmax(-1))\nclass A:\n    pass\n")
+    assert found(source) == [(3, "MC509")]
+
+
 @pytest.mark.parametrize("where", ["# s.softmax(-1)", "note = 's.softmax(-1)'",
                                    "return s.sum(-1)  # not softmax"])
 def test_softmax_only_in_a_comment_or_a_string_is_silent(found: Found, where: str) -> None:
