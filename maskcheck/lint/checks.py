@@ -862,10 +862,11 @@ class Linter:
             self._rebinds[done.name] = frozenset(done.outer_names)
         roles = tuple(done.param_roles.values())
         result = _result_of(done)
-        facts = Value(result=result) if not done.returns_none else Value(
-            result_unless_none=result)
         if result is None:
             facts = UNKNOWN
+        else:
+            facts = Value(result=result) if not done.returns_none else Value(
+                result_unless_none=result)
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
             # calls below are bool too; and whatever else every return gives (an all -inf
