@@ -2534,15 +2534,26 @@ def _defined_names(tree: ast.AST) -> set[str]:
     `ast.walk` finds, for a fraction of the nodes)."""
     names: set[str] = set()
     pending: list[ast.AST] = [tree]
+    blocks_of = _BLOCK_FIELDS
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        for block_name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        kind = type(node)
+        blocks = blocks_of.get(kind)
+        if blocks is None:
+            blocks = blocks_of[kind] = tuple(
+                f for f in _BLOCK_NAMES if f in getattr(kind, "_fields", ()))
+        for block_name in blocks:  # most statements have none
             block = getattr(node, block_name, None)
             if isinstance(block, list):
                 pending.extend(block)
     return names
+
+
+_BLOCK_NAMES = ("body", "orelse", "finalbody", "handlers", "cases")
+# Node type -> which of `_BLOCK_NAMES` it has, filled in as types are met.
+_BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _batch_attention_mask(node: ast.AST) -> bool:
