@@ -1698,6 +1698,8 @@ class Linter:
             return
         if name == "full" and dtype is None:
             return  # torch.full with a Python float and no dtype is float32
+        if dtype_of(dtype) == "int":
+            return  # `torch.full(size, -999999, dtype=torch.long)`: an integer table, no float16
         shape = argument(call, 0, "size")
         if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
             return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)

@@ -110,6 +110,9 @@ class Value:
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
+    # A Python list or tuple whose every element is a tensor of this one dtype
+    # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
+    elements: str | None = None
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -477,8 +480,32 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return _describe_subscript(node, lookup)
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return Value(flag=node.value)
+    if isinstance(node, (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+        return _describe_sequence(node, lookup)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
+
+
+def _describe_sequence(
+    node: ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp, lookup: Lookup
+) -> Value:
+    """A list or tuple of tensors that all have one dtype by evidence: `[torch.ones(n) for n
+    in lengths]`, `[a.float(), b.float()]`. A comprehension's own loop names are unknown inside
+    it (an outer binding of the same name says nothing about them)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        if not node.elts or any(isinstance(e, ast.Starred) for e in node.elts):
+            return UNKNOWN
+        dtypes = {describe(e, lookup).dtype for e in node.elts}
+    else:
+        bound = {n.id for gen in node.generators for n in ast.walk(gen.target)
+                 if isinstance(n, ast.Name)}
+
+        def inner(name: str) -> Value:
+            return UNKNOWN if name in bound else lookup(name)
+
+        dtypes = {describe(node.elt, inner).dtype}
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return Value(elements=dtype) if dtype is not None else UNKNOWN
 
 
 _KEEP_NAMES: dict[str, bool] = {}  # name -> declares_keep(name), for the names of every file
@@ -856,7 +883,12 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) or describe(p, lookup).cached
                                    for p in parts[:-1]):
             return Value(cached=True)
-        return UNKNOWN
+    if name in _JOINS_SEQUENCE:
+        # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
+        # written into that dtype): the result has that dtype.
+        joined = argument(call, 0, "tensors" if name != "pad_sequence" else "sequences")
+        dtype = describe(joined, lookup).elements if joined is not None else None
+        return Value(dtype=dtype) if dtype is not None else UNKNOWN
     if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
         # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
         # covers the zero padding: a keep-mask of 0s and 1s (halonet-pytorch's halo mask)
@@ -914,6 +946,9 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+# Calls that join a sequence of tensors into one of their common dtype.
+_JOINS_SEQUENCE = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack",
+                             "pad_sequence"})
 # Products whose result has their operands' dtype (`einsum` of two float16 tensors is float16).
 _PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
 # What autocast runs in its lower precision (the CUDA float16 list of the torch.amp docs).
