@@ -470,6 +470,19 @@ def _is_score_name(node: ast.AST) -> bool:
     return matched != ["sim"] or not tokens.isdisjoint(_SIM_TOKENS)  # `sim`, not `simple`
 
 
+# A function or class about attention, by its name (`mask_attn_weights`, `SelfAttention`).
+_ATTENTION_NAME = re.compile(r"(?i)attn|attention|score")
+
+
+def _is_output_logits(node: ast.AST) -> bool:
+    """Scores only by the word "logit" (`logit`, `action_logits`): a head's output over
+    classes, tokens or actions, masked before argmax or sampling where some entry always
+    survives, not an attention row that padding can empty."""
+    text = (last_name(node) or "").lower()
+    return "logit" in text and not any(
+        word in text for word in _SCORE_WORDS if word != "logit")
+
+
 # --- the walk -----------------------------------------------------------------------------
 
 
@@ -1224,7 +1237,7 @@ class Linter:
         if isinstance(node.op, ast.Mult):
             self._product(node)
         elif isinstance(node.op, ast.Sub):
-            self._difference(node)
+            self._difference(node, parent)
         elif isinstance(node.op, ast.Add):
             self._sum(node, clamped=_is_clamped(node, parent))
         elif isinstance(node.op, ast.BitAnd):
@@ -1303,7 +1316,7 @@ class Linter:
         return one_minus(node) and isinstance(node, ast.BinOp) and self.value(
             node.right).dtype != "fp32"
 
-    def _difference(self, node: ast.BinOp) -> None:
+    def _difference(self, node: ast.BinOp, parent: ast.AST | None = None) -> None:
         right = node.right
         if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
             for big, other in ((right.left, right.right), (right.right, right.left)):
@@ -1313,6 +1326,15 @@ class Linter:
                     if self.value(other).dtype == "fp32":
                         # `emb - (1 - m.float()) * 1e9` (RecBole's max pooling): the product
                         # is float32 and a float16 tensor minus it promotes to float32
+                        break
+                    into = parent.targets[0] if isinstance(parent, ast.Assign) and len(
+                        parent.targets) == 1 else None  # `s = x - 1e9 * (1 - m)`: s
+                    if not self._meets_scores(node.left) and not (
+                            into is not None and self._meets_scores(into)) and self.value(
+                            node.left).dtype not in HALF_DTYPES:
+                        # In float16 the difference is -inf, without raising (torch 2.13): a
+                        # hazard where a row can lose every key, not for DI-engine's
+                        # `logit.sub_(1e8 * (1 - action_mask))` or deepctr's max pooling
                         break
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
@@ -1332,6 +1354,18 @@ class Linter:
                         f"`{self._text(node)}` "
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
+
+    def _meets_scores(self, node: ast.AST) -> bool:
+        """Attention scores, or a product or sum with them (`w * b` of GPT-2's `w * b - 1e10 *
+        (1 - b)`); not a head's output logits (see `_is_output_logits`)."""
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self._meets_scores(node.left) or self._meets_scores(node.right)
+        if self._is_scores(node) and not _is_output_logits(node):
+            return True
+        # a parameter of attention code (GPT-2's `def mask_attn_weights(self, w)`, a method
+        # of `class GPT2Attention`): the caller hands in the scores
+        return isinstance(node, ast.Name) and node.id in self.scope.params and any(
+            _ATTENTION_NAME.search(scope.name) for scope in self.scopes if scope.name)
 
     def _is_scores(self, node: ast.AST) -> bool:
         """Score tensors by their name (`scores`, `attn_weights`, `q @ k.T`) or by their use: a
@@ -2017,8 +2051,9 @@ class Linter:
             self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
                         "inside forward: the stored mask changes on every call; build a new "
                         "tensor instead")
-        if self._is_large_negative(value) and mentions_mask(target) and (
-                _is_score_name(target.value) or self.value(target.value).dtype in HALF_DTYPES):
+        if self._is_large_negative(value) and mentions_mask(target) and ((
+                _is_score_name(target.value) and not _is_output_logits(target.value))
+                or self.value(target.value).dtype in HALF_DTYPES):
             # Only scores: an indexed write of -1e9 into float16 gives -inf without raising
             # (torch 2.13), which hurts a softmax row, not sentence-transformers' max pooling
             # (`token_embeddings[mask_expanded == 0] = -1e9`, then torch.max over tokens).
