@@ -207,8 +207,14 @@ def rename(source: str) -> Rewritten | None:
     # renaming it and not the keyword would break the call.
     by_keyword = {k.arg for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg} & {
         a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    # A name bound in a class body is an attribute (`causal: bool = True` of a dataclass, read
+    # as `cfg.causal`): renaming it and not the attribute reads would break them too.
+    class_fields = {t.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                    for stmt in c.body if isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                    for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                    if isinstance(t, ast.Name)}
     renames = {old: new for old, new in RENAMES.items()
-               if new not in used and old not in by_keyword}
+               if new not in used and old not in by_keyword and old not in class_fields}
     spots: list[tuple[int, int, int, str]] = []  # line, byte col, byte end, new name
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in renames:

@@ -29,7 +29,7 @@ class PoolingByAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         seeds = self.seeds.expand(x.shape[0], -1, -1)
-        out, _ = self.mha(seeds, x, x, key_padding_mask=pad)  # expect: MC508 forwarded
+        out, _ = self.mha(seeds, x, x, key_padding_mask=pad)
         return out
 
 
@@ -44,4 +44,4 @@ class PointSetEncoder(nn.Module):
     def forward(self, points: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         pad = lengths_to_padding(lengths, points.shape[1]).to(points.dtype)
         h = self.encoder(self.embed(points), src_key_padding_mask=pad)  # expect: MC508 keyword
-        return self.pool(h, pad), h
+        return self.pool(h, pad), h  # expect: MC508 forwarded
