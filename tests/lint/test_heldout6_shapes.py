@@ -111,7 +111,7 @@ def test_config_field_used_directly_is_found(found: Found) -> None:
     assert found(source) == [(20, "MC506")]
 
 
-# tenstorrent/tt-metal#52038, Jittor PR #423: a triangle selector multiplied into a full -inf matrix.
+# tenstorrent/tt-metal#52038, Jittor PR #423: a 0/1 triangle multiplied into a full -inf matrix.
 FULL_NEG_INF = '''import torch
 
 NEG_INF = float("-inf")
