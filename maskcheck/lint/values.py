@@ -113,6 +113,11 @@ class Value:
     # A Python list or tuple whose every element is a tensor of this one dtype
     # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
     elements: str | None = None
+    # A 0/1 mask (bool, 0/1, a keep-mask) cast to the dtype of another tensor whose dtype the
+    # file does not show (`pad.to(points.dtype)`, `.type_as(feats)`): float unless that tensor
+    # is bool or integer. SDPA and the attention modules take only bool or float masks, so
+    # there it is a float 0/1 mask that they add (MC508).
+    cast01: bool = False
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -1041,11 +1046,19 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         cast = kwarg(call, "dtype") or target
         cast_value = replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
                              == "bool", hf_keep=False, hf_keep_inverted=False)
-        return _with_float01(cast_value, base, cast is not None and _float_target(cast, lookup))
+        floated = cast is not None and _float_target(cast, lookup)
+        result = _with_float01(cast_value, base, floated)
+        if not floated and cast is not None and isinstance(cast, ast.Attribute) and (
+                cast.attr == "dtype") and _data_tensor(cast.value, lookup):
+            result = replace(result, cast01=_zero_one_base(base))
+        return result
     if name == "type_as":
         other = call.args[0] if len(call.args) == 1 else None
         floated = other is not None and _float_tensor(other, lookup)
-        return _with_float01(replace(base, dtype=None, tokens=False), base, floated)
+        result = _with_float01(replace(base, dtype=None, tokens=False), base, floated)
+        if not floated and other is not None and _data_tensor(other, lookup):
+            result = replace(result, cast01=_zero_one_base(base))
+        return result
     if name in _COMPARE_METHODS and call.args:
         op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
               "le": ast.LtE()}[name]
@@ -1107,6 +1120,30 @@ def _retyped(base: Value, dtype: str) -> Value:
     cast = replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
                    tokens=False)
     return _with_float01(cast, base, True)
+
+
+def _zero_one_base(base: Value) -> bool:
+    """Whether a value is a 0/1 mask whatever its dtype (what a float cast keeps 0/1)."""
+    padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
+    return (base.zero_one or base.dtype == "bool" or base.float01 or padding
+            or base.keep_mask) and not base.all_ones
+
+
+# Words of a tensor's name that say it holds a mask, indices or counts (bool or integer).
+_NOT_DATA_WORDS = ("mask", "bias", "ids", "idx", "index", "indices", "label", "len", "pos",
+                   "token", "count")
+
+
+def _data_tensor(node: ast.AST, lookup: Lookup) -> bool:
+    """A tensor whose dtype a mask is cast to and that is not itself a mask, an index or a
+    count by its name or by what the file knows of it (`points`, `feats`, `hidden`)."""
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        return False
+    text = (last_name(node) or "").lower()
+    if not text or any(word in text for word in _NOT_DATA_WORDS):
+        return False
+    known = describe(node, lookup)
+    return known.dtype not in {"bool", "int"} and not (known.tokens or known.hf_keep)
 
 
 def _with_float01(cast: Value, base: Value, floated: bool) -> Value:

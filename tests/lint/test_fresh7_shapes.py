@@ -1,11 +1,15 @@
 """The false-alarm classes of the fresh7 precision set, each as the code shape it takes in real
 code next to the buggy shape that must still be reported: an additive mask built from a list of
 float32 tensors through pad_sequence/stack/cat (s3prl's downstream experts), and a large
-negative fill of a torch.full whose dtype is an integer one (rl4co's FFSP schedule table)."""
+negative fill of a torch.full whose dtype is an integer one (rl4co's FFSP schedule table), and a
+large negative subtracted from or written into a head's output logits or a pooled sequence, which
+float16 turns into -inf without raising (DI-engine's action masks, deepctr's max pooling)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import torch
 
 Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
 
@@ -86,3 +90,64 @@ def test_a_full_of_an_integer_dtype_is_silent(found: Found) -> None:
 
 def test_the_same_full_in_float16_is_still_reported(found: Found) -> None:
     assert found(INT_TABLE.replace("torch.long", "torch.float16")) == [(9, "MC501")]
+
+
+# DI-engine ding/model/wrapper/model_wrappers.py:437 and template/havac.py:379: action logits
+# masked with a large negative before argmax, by subtraction and by an indexed write.
+ACTION_LOGITS = '''import torch
+
+
+def pick(logit, mask):
+    logit = logit.sub_(1e8 * (1 - mask))
+    return logit.argmax(dim=-1)
+
+
+def head(x, action_mask):
+    logit = x["logit"]
+    logit[action_mask == 0.0] = -99999999
+    return logit
+'''
+
+
+def test_large_negatives_written_into_action_logits_are_silent(found: Found) -> None:
+    assert found(ACTION_LOGITS) == []
+
+
+def test_the_same_writes_into_attention_scores_are_reported(found: Found) -> None:
+    source = ACTION_LOGITS.replace("    logit = logit.sub_", "    scores = scores.sub_").replace(
+        "return logit.argmax", "return scores.softmax").replace(
+        "def pick(logit,", "def pick(scores,").replace(
+        'logit = x["logit"]', 'scores = x["logit"]').replace(
+        "    logit[action_mask", "    scores[action_mask").replace(
+        "    return logit\n", "    return scores\n")
+    assert found(source) == [(5, "MC501"), (11, "MC501")]
+
+
+# deepctr-torch layers/sequence.py:66: max pooling over a sequence with the padding pushed down.
+MAX_POOLING = '''import torch
+
+
+def pool(seq_embed, mask):
+    hist = seq_embed - (1 - mask) * 1e9
+    return torch.max(hist, dim=1, keepdim=True)[0]
+'''
+
+
+def test_a_max_pooling_sentinel_is_silent(found: Found) -> None:
+    assert found(MAX_POOLING) == []
+
+
+def test_the_same_difference_in_attention_code_is_reported(found: Found) -> None:
+    assert found(MAX_POOLING.replace("def pool(", "def attention_pool(")) == [(5, "MC501")]
+    softmaxed = MAX_POOLING.replace("torch.max(hist, dim=1, keepdim=True)[0]",
+                                    "hist.softmax(dim=-1)")
+    assert found(softmaxed) == [(5, "MC501")]
+
+
+def test_those_writes_give_minus_inf_in_float16_without_raising() -> None:
+    logit = torch.zeros(2, 3, dtype=torch.float16)
+    mask = torch.tensor([[1, 0, 1], [1, 1, 0]], dtype=torch.float16)
+    assert torch.isneginf(logit.clone().sub_(1e8 * (1 - mask))).sum().item() == 2
+    written = logit.clone()
+    written[mask == 0.0] = -99999999
+    assert torch.isneginf(written).sum().item() == 2
