@@ -1366,11 +1366,12 @@ class Linter:
                     into = parent.targets[0] if isinstance(parent, ast.Assign) and len(
                         parent.targets) == 1 else None  # `s = x - 1e9 * (1 - m)`: s
                     if not self._meets_scores(node.left) and not (
-                            into is not None and self._meets_scores(into)) and self.value(
-                            node.left).dtype not in HALF_DTYPES:
+                            into is not None and self._meets_scores(into)) and not any(
+                            self.value(n).dtype in HALF_DTYPES for n in (node.left, other)):
                         # In float16 the difference is -inf, without raising (torch 2.13): a
-                        # hazard where a row can lose every key, not for DI-engine's
-                        # `logit.sub_(1e8 * (1 - action_mask))` or deepctr's max pooling
+                        # hazard where an attention row can lose every key, and elsewhere only
+                        # where the file shows float16 (an empty sequence max-pooled to -inf);
+                        # not DI-engine's `logit.sub_(1e8 * (1 - action_mask))` of unknown dtype
                         break
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
