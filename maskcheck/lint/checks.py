@@ -347,7 +347,11 @@ def _is_key_padding_name(name: str) -> bool:
 
 
 def _is_eq_zero(node: ast.AST, name: str) -> bool:
-    """`name == 0` (either order), the test that picks the untouched zeros."""
+    """`name == 0` (either order), or `name.eq(0)`: the test that picks the untouched zeros."""
+    if isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
+            not node.keywords):
+        base = receiver(node)
+        return isinstance(base, ast.Name) and base.id == name and is_zero(node.args[0])
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
         return False
     if not isinstance(node.ops[0], ast.Eq):
@@ -740,6 +744,8 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
+                elif _annotated_bool_tensor(arg.annotation):  # `mask: torch.BoolTensor`
+                    scope.values[arg.arg] = Value(dtype="bool", tensor=True)
                 elif self._class_roles and (
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
@@ -2641,6 +2647,11 @@ def _annotated_mha(annotation: ast.expr | None) -> bool:
 def _annotated_tensor(annotation: ast.expr | None) -> bool:
     """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
     return _annotation_name(annotation) in {"Tensor", "torch.Tensor"}
+
+
+def _annotated_bool_tensor(annotation: ast.expr | None) -> bool:
+    """Annotated `torch.BoolTensor` (AllenNLP's `mask: torch.BoolTensor`): a bool tensor."""
+    return _annotation_name(annotation) in {"BoolTensor", "torch.BoolTensor"}
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})

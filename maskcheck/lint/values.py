@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from maskcheck.conventions import declares_keep
@@ -425,8 +425,23 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return _describe_subscript(node, lookup)
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return Value(flag=node.value)
+    if isinstance(node, ast.IfExp):
+        return _either(node, lookup)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
+
+
+def _either(node: ast.IfExp, lookup: Lookup) -> Value:
+    """`a if test else b`: the facts both branches give. A `None` branch adds nothing: where
+    the value is used as a tensor, the other branch gave it (`pad = lens_to_pad(lens, n) if lens
+    is not None else None`)."""
+    branches = [b for b in (node.body, node.orelse) if not is_none(b)]
+    values = [describe(b, lookup) for b in branches]
+    if len(values) == 1 or values[0] == values[1]:
+        return values[0]
+    a, b = values
+    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                    if getattr(a, f.name) == getattr(b, f.name)})
 
 
 _KEEP_NAMES: dict[str, bool] = {}  # name -> declares_keep(name), for the names of every file
@@ -600,6 +615,49 @@ def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
     return token_ids_name(name) and number(right) == 0
 
 
+def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool | None:
+    """A comparison of positions with sequence lengths: True when it holds past the length
+    (padding), False when it holds before it (real positions), None for anything else."""
+    if _positions(left) and _lengths(right):
+        after = isinstance(op, (ast.Gt, ast.GtE))
+    elif _lengths(left) and _positions(right):
+        after = isinstance(op, (ast.Lt, ast.LtE))
+    else:
+        return None
+    return after if isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)) else None
+
+
+def _stripped(node: ast.AST) -> ast.AST:
+    """The tensor under indexing and reshapes: `lens[:, None]`, `r.unsqueeze(0)` -> the name."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in _KEEPS_VALUES | {"to", "type_as"}):
+            node = node.func.value
+        else:
+            return node
+
+
+def _positions(node: ast.AST) -> bool:
+    """`torch.arange(n)`, `seq_range`, `self.arange[:n]`: position indices by call or name."""
+    node = _stripped(node)
+    if isinstance(node, ast.Call):
+        return call_name(node) == "arange"
+    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
+    return "arange" in words or "range" in words or "positions" in words
+
+
+def _lengths(node: ast.AST) -> bool:
+    """`lengths`, `lens`, `ys_in_lens`, `seq_len`: sequence lengths by name (not a size call)."""
+    node = _stripped(node)
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+        return False
+    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
+    return any(w in {"lens", "lengths", "length", "len", "lenghts"} for w in words) and not any(
+        w in {"max", "min", "maxlen"} for w in words)  # `max_len` bounds every sequence
+
+
 def token_ids_name(name: str) -> bool:
     """`input_ids`, `ids`, `token_ids`, `src_ids`: a tensor of token ids (int64), not position,
     type or segment ids."""
@@ -616,6 +674,11 @@ def _names_pad_index(node: ast.AST) -> bool:
 
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
+    past_length = _past_length(left, op, right)
+    if past_length is not None:
+        # `arange(n)[None] >= lengths[:, None]` (ESPnet's make_pad_mask): True at padding;
+        # `arange(n)[None] < lengths[:, None]` (sequence_mask): True at real positions
+        return replace(out, hf_keep_inverted=True) if past_length else replace(out, pad_keep=True)
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True)
