@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
 from maskcheck.lint.values import (
+    AUTOCAST,
     BF16_MAX,
     FLOAT_DTYPES,
     FP16_MAX,
@@ -141,6 +142,7 @@ class _Scope:
     name: str = ""
     no_grad: bool = False
     fp16_guard: bool = False
+    autocast: str | None = None  # the dtype of an enclosing `with torch.autocast(...)` block
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
     # function scopes: parameters whose default is a masking value (`fill=-1e10`)
@@ -206,7 +208,7 @@ class _Param(NamedTuple):
 
 
 class _Exit(NamedTuple):
-    what: str  # "scope" | "no_grad" | "fp16_guard" | "bind"
+    what: str  # "scope" | "no_grad" | "fp16_guard" | "autocast" | "bind" | ...
     node: ast.AST | None = None
 
 
@@ -279,6 +281,34 @@ def with_no_grad(node: ast.With | ast.AsyncWith) -> bool:
             if name == "set_grad_enabled" and expr.args and is_zero(expr.args[0]):
                 return True
     return False
+
+
+# Where autocast's device is named but not its dtype, the device's default (torch 2.13:
+# torch.get_autocast_dtype("cuda") is float16, "cpu" bfloat16).
+_AUTOCAST_DEVICE_DTYPE = {"cuda": "half", "cpu": "bf16", "xpu": "half"}
+_AUTOCAST_VALUES = {None: UNKNOWN, "half": Value(dtype="half"), "bf16": Value(dtype="bf16")}
+
+
+def autocast_dtype(node: ast.With | ast.AsyncWith) -> str | None:
+    """The dtype `with torch.autocast(...)` (or `torch.cuda.amp.autocast()`) runs matmuls in;
+    None where it is off (`enabled=False`) or the dtype cannot be told."""
+    for item in node.items:
+        expr = item.context_expr
+        if not isinstance(expr, ast.Call) or call_name(expr) != "autocast":
+            continue
+        enabled = kwarg(expr, "enabled")
+        if enabled is not None and isinstance(enabled, ast.Constant) and not enabled.value:
+            return None
+        dtype = kwarg(expr, "dtype")
+        if dtype is not None:
+            return dtype_of(dtype) if dtype_of(dtype) in HALF_DTYPES else None
+        where = module_dotted(expr.func) or ""
+        if ".cuda.amp." in f".{where}" or ".cpu.amp." in f".{where}":
+            return "half" if ".cuda." in f".{where}" else "bf16"
+        device = expr.args[0] if expr.args else kwarg(expr, "device_type")
+        if isinstance(device, ast.Constant) and isinstance(device.value, str):
+            return _AUTOCAST_DEVICE_DTYPE.get(device.value)
+    return None
 
 
 def mentions_half(node: ast.AST) -> bool:
@@ -495,6 +525,8 @@ class Linter:
 
     def lookup(self, name: str) -> Value:
         """A name's value as Python would find it: this scope, enclosing functions, module."""
+        if name == AUTOCAST:
+            return _AUTOCAST_VALUES[self.scope.autocast]
         if name.startswith("self."):
             return self._lookup_self(name[5:])
         for depth, scope in enumerate(reversed(self.scopes)):
@@ -717,6 +749,11 @@ class Linter:
         if not self.scope.no_grad and with_no_grad(node):
             self.scope.no_grad = True
             stack.append((_Exit("no_grad"), None))
+        lowered = autocast_dtype(node)
+        if lowered is not None and lowered != self.scope.autocast:
+            # the marker carries the dtype to restore (an outer autocast block's, or None)
+            stack.append((_Exit("autocast", ast.Constant(self.scope.autocast)), None))
+            self.scope.autocast = lowered
         for item in node.items:
             if item.optional_vars is not None:
                 self._forget_targets(item.optional_vars)
@@ -782,6 +819,11 @@ class Linter:
             return
         if marker.what == "fp16_guard":
             self.scope.fp16_guard = False
+            return
+        if marker.what == "autocast":
+            assert isinstance(marker.node, ast.Constant)
+            restored = marker.node.value
+            self.scope.autocast = restored if isinstance(restored, str) else None
             return
         if marker.what == "join":
             self._join_branches(marker.node)
@@ -949,7 +991,7 @@ class Linter:
         if name in {"masked_fill", "masked_fill_"}:
             self._masked_fill(call, name)
         elif name == "where" and module_dotted(call.func) == "torch.where" and call.args and (
-                mentions_mask(call.args[0])):
+                mentions_mask(call.args[0]) or any(is_wide_finfo_min(a) for a in call.args[1:3])):
             self._where(call)
         elif name in {"full", "full_like", "new_full", "fill_"}:
             self._full(call, name)
@@ -1629,6 +1671,13 @@ class Linter:
         for branch in branches:
             if self._is_large_negative(branch):
                 self._large_negative(branch, "torch.where", tensors[0])
+            elif (is_wide_finfo_min(branch) or self.value(branch).wide_finfo) and any(
+                    self.value(t).dtype in HALF_DTYPES for t in tensors if t is not branch):
+                # torch.where does not raise here: the value rounds to -inf (checked on torch
+                # 2.13, float16 and bfloat16), so a row with every key masked softmaxes to NaN.
+                self.report("MC517", branch, f"{self._text(branch)} is the float32 minimum: "
+                            "torch.where on a float16/bfloat16 tensor turns it into -inf, so a "
+                            "fully masked row gives NaN; use torch.finfo(x.dtype).min")
 
     def _full(self, call: ast.Call, name: str) -> None:
         if name in {"full", "full_like", "new_full"}:

@@ -116,6 +116,9 @@ class Value:
 UNKNOWN = Value()
 TENSOR = Value(tensor=True)  # all that is known of a parameter annotated `torch.Tensor`
 Lookup = Callable[[str], Value]
+# The pseudo-name a lookup answers with the dtype autocast gives matmul-like ops where the walk
+# is (`with torch.autocast("cuda"):` -> half); no Python name can be spelled like it.
+AUTOCAST = "<autocast>"
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -294,7 +297,10 @@ _MODULE_ROOTS = frozenset({"torch", "np", "numpy", "jnp", "F", "nn"})
 # `from torch.nn import functional as fn` -> fn: F. Set per file by the linter's walk.
 MODULE_ALIASES: ContextVar[dict[str, str]] = ContextVar("module_aliases")
 _ALIASED = {"torch": "torch", "numpy": "np", "torch.nn": "nn", "torch.nn.functional": "F",
-            "jax.numpy": "jnp"}
+            "jax.numpy": "jnp",
+            # `from torch.cuda.amp import autocast`: a bare `autocast()` is then float16's
+            "torch.cuda.amp.autocast": "torch.cuda.amp.autocast",
+            "torch.cpu.amp.autocast": "torch.cpu.amp.autocast"}
 
 
 def note_import(module: str, name: str | None, asname: str | None) -> None:
@@ -718,6 +724,10 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
+    if isinstance(node.op, ast.MatMult):
+        autocast = lookup(AUTOCAST).dtype
+        if autocast is not None:
+            return Value(dtype=autocast)  # autocast runs `a @ b` in its dtype, whatever a and b are
     left, right = describe(node.left, lookup), describe(node.right, lookup)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
@@ -889,6 +899,10 @@ def _describe_factory(
         return Value(dtype="bool", tri=tri)
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
+    if name in _AUTOCAST_LOWERED:
+        autocast = lookup(AUTOCAST).dtype
+        if autocast is not None:
+            return Value(dtype=autocast)
     if name in _PRODUCTS:
         operands = call.args[1:] if name == "einsum" else call.args[:2]
         return _product_dtype([describe(a, lookup).dtype for a in operands])
@@ -919,6 +933,8 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
 # Products whose result has their operands' dtype (`einsum` of two float16 tensors is float16).
 _PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
+# What autocast runs in its lower precision (the CUDA float16 list of the torch.amp docs).
+_AUTOCAST_LOWERED = _PRODUCTS | {"baddbmm", "addmm", "addbmm", "linear"}
 
 
 def _product_dtype(dtypes: list[str | None]) -> Value | None:
@@ -977,6 +993,10 @@ def _names_a_cache(node: ast.AST) -> bool:
 
 def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> Value:
     """`x.float()`, `m.bool()`, `x.masked_fill(...)`, `x.requires_grad_()` ..."""
+    if name in _AUTOCAST_LOWERED:
+        autocast = lookup(AUTOCAST).dtype
+        if autocast is not None:
+            return Value(dtype=autocast)  # `q.matmul(k)` under autocast
     if name == "requires_grad_":
         flag = call.args[0] if call.args else kwarg(call, "requires_grad")
         return replace(base, grad=flag is None or not is_zero(flag))
