@@ -108,6 +108,8 @@ class Value:
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
+    # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
+    bound: tuple[ast.keyword, ...] = ()
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -768,6 +770,10 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     base_node = receiver(call)
     if name is None:
         return UNKNOWN
+    if name == "partial" and len(call.args) == 1:
+        target = describe(call.args[0], lookup)
+        if target.api is not None:
+            return Value(api=target.api, bound=tuple(call.keywords))
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
@@ -1123,7 +1129,7 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
 # Names of tensors that hold the attention's float operands.
 _FLOAT_TENSOR_NAMES = frozenset({"q", "k", "v", "query", "key", "value", "x", "hidden_states",
                                  "inputs_embeds", "query_states", "key_states", "value_states"})
-_FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight")
+_FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight", "hidden", "embed")
 
 
 def _float_target(node: ast.AST, lookup: Lookup) -> bool:
