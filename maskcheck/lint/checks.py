@@ -1103,7 +1103,10 @@ class Linter:
         scope = self._owner(name) if self.scope.outer_names else self.scope
         fill = self._zero_mask_fill_of(name, value)
         pending_triu = scope.bool_triu.get(name)
+        reshaped = scope.zeroed.get(name) if _reshape_of(value, name) else None
         self._forget(name, scope)
+        if reshaped is not None:  # `a = a * keep; a = a.view(-1, n, n)`: still the product
+            scope.zeroed[name] = reshaped
         if pending_triu is value:  # registered while reading this very right-hand side
             scope.bool_triu[name] = pending_triu
         scope.assigned.add(name)
@@ -1459,7 +1462,7 @@ class Linter:
         if isinstance(func, ast.Name) and func.id in self._rebinds:
             for rebound in self._rebinds[func.id]:
                 self._mutate(rebound)
-        for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        for arg in [*call.args, *(kw.value for kw in call.keywords if kw.arg is not None)]:
             if isinstance(arg, ast.Name):
                 self._mutate(arg.id)
 
@@ -2775,6 +2778,18 @@ def _receiver_root(node: ast.AST) -> ast.AST:
             node = node.value
         else:
             return node
+
+
+_RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
+                       "contiguous", "transpose", "permute", "view_as", "reshape_as"})
+
+
+def _reshape_of(value: ast.expr, name: str) -> bool:
+    """`name.view(...)`, `name.reshape(...).contiguous()`: the same entries in another layout."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
+            value.func.attr in _RESHAPES):
+        value = value.func.value
+    return isinstance(value, ast.Name) and value.id == name
 
 
 def _inplace_base(node: ast.expr) -> ast.expr:

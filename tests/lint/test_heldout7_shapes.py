@@ -286,3 +286,64 @@ def test_layer_weight_filled_under_no_grad_is_silent(found: Found) -> None:
         "    with torch.no_grad():\n        model.tok_emb.weight.masked_fill_(unused[:, None], 0.0)")
     assert found(fixed) == []
     assert found(WEIGHT_FILL.replace(".weight.masked_fill_", ".weight.data.masked_fill_")) == []
+
+
+# A tokenizer's mask multiplied into pooling logits; the batch was splatted into the backbone
+# first (`self.backbone(**features)`), which hands over the entries, not the dict.
+SPLAT = '''import torch
+
+
+class Scorer:
+    def score_pairs(self, queries, docs):
+        features = self.tokenizer(queries, docs, padding=True, return_tensors="pt")
+        emb = self.backbone(**features).last_hidden_state
+        logits = self.cls(emb).squeeze(-1) * features["attention_mask"]
+        weights = logits.softmax(-1)
+        return (weights.unsqueeze(-1) * emb).sum(1)
+'''
+
+
+def test_tokenizer_mask_times_logits_after_a_splat_is_found(found: Found) -> None:
+    assert found(SPLAT) == [(8, "MC520")]
+
+
+def test_tokenizer_mask_filled_after_a_splat_is_silent(found: Found) -> None:
+    fixed = SPLAT.replace(' * features["attention_mask"]',
+                          '.masked_fill(features["attention_mask"] == 0, float("-inf"))')
+    assert found(fixed) == []
+
+
+def test_dict_handed_by_name_may_be_changed(found: Found) -> None:
+    # `self.prepare(features)` may rewrite the mask: the facts are stale
+    source = SPLAT.replace("self.backbone(**features)", "self.backbone(features)")
+    assert found(source) == []
+
+
+# A 0/1 same-region matrix multiplied into the logits, reshaped under the same name, then
+# softmaxed (Swin-style window attention).
+RESHAPED = '''import torch
+
+
+def window_attention(attn, region, heads, n):
+    same = (region[:, :, None] == region[:, None, :]).float()
+    nw = same.shape[0]
+    attn = attn.view(-1, nw, heads, n, n) * same.unsqueeze(1).unsqueeze(0)
+    attn = attn.view(-1, heads, n, n)
+    return attn.softmax(dim=-1)
+'''
+
+
+def test_zeroed_logits_reshaped_then_softmaxed_are_found(found: Found) -> None:
+    assert found(RESHAPED) == [(7, "MC520")]
+
+
+def test_filled_logits_reshaped_then_softmaxed_are_silent(found: Found) -> None:
+    fixed = RESHAPED.replace(" * same.unsqueeze(1).unsqueeze(0)",
+                             '.masked_fill(same.unsqueeze(1).unsqueeze(0) == 0, float("-inf"))')
+    assert found(fixed) == []
+
+
+def test_zeroed_logits_rebound_to_something_else_are_silent(found: Found) -> None:
+    source = RESHAPED.replace("attn = attn.view(-1, heads, n, n)",
+                              "attn = torch.randn(2, heads, n, n)")
+    assert found(source) == []
