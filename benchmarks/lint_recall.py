@@ -1,7 +1,7 @@
 """Recall of `maskcheck check` on realistic buggy files, and false alarms on their fixed twins.
 
-    python benchmarks/lint_recall.py [--set dev|heldout|heldout2|heldout3|heldout4|heldout5|heldout7|all]
-                                     [--list]
+    python benchmarks/lint_recall.py [--set dev|heldout|heldout2|heldout3|heldout4|heldout5|
+                                            heldout7|all] [--list]
 
 benchmarks/lint_recall/*.py is the dev part, benchmarks/lint_recall/heldout/*.py the held-out
 part (kept away from whoever writes the rules); heldout2/ is a second set written in session 3

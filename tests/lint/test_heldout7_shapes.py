@@ -239,7 +239,8 @@ def test_copy_of_a_buffer_filled_is_silent(found: Found) -> None:
     assert found(ALIAS_BUFFER.replace("bias = self.window_bias\n",
                                       "bias = self.window_bias.clone()\n")) == []
     fixed = ALIAS_BUFFER.replace(
-        '        bias = self.window_bias\n        bias.masked_fill_(pad_tokens[None, :], float("-inf"))',
+        '        bias = self.window_bias\n'
+        '        bias.masked_fill_(pad_tokens[None, :], float("-inf"))',
         '        bias = self.window_bias.masked_fill(pad_tokens[None, :], float("-inf"))')
     assert found(fixed) == []
 
@@ -283,7 +284,8 @@ def test_layer_weight_filled_in_place_is_found(found: Found) -> None:
 def test_layer_weight_filled_under_no_grad_is_silent(found: Found) -> None:
     fixed = WEIGHT_FILL.replace(
         "    model.tok_emb.weight.masked_fill_(unused[:, None], 0.0)",
-        "    with torch.no_grad():\n        model.tok_emb.weight.masked_fill_(unused[:, None], 0.0)")
+        "    with torch.no_grad():\n"
+        "        model.tok_emb.weight.masked_fill_(unused[:, None], 0.0)")
     assert found(fixed) == []
     assert found(WEIGHT_FILL.replace(".weight.masked_fill_", ".weight.data.masked_fill_")) == []
 
