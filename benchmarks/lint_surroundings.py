@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout5|all]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout6|all]
                                            [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
@@ -207,8 +207,14 @@ def rename(source: str) -> Rewritten | None:
     # renaming it and not the keyword would break the call.
     by_keyword = {k.arg for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg} & {
         a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    # A name bound in a class body is an attribute (`causal: bool = True` of a dataclass, read
+    # as `cfg.causal`): renaming it and not the attribute reads would break them too.
+    class_fields = {t.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                    for stmt in c.body if isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                    for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                    if isinstance(t, ast.Name)}
     renames = {old: new for old, new in RENAMES.items()
-               if new not in used and old not in by_keyword}
+               if new not in used and old not in by_keyword and old not in class_fields}
     spots: list[tuple[int, int, int, str]] = []  # line, byte col, byte end, new name
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in renames:
@@ -587,7 +593,7 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4",
-                                       "heldout5", "all"],
+                                       "heldout5", "heldout6", "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()

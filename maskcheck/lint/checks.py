@@ -182,6 +182,9 @@ class _Scope:
     # Names bound to a call of a function that may return None -> what it gives otherwise
     # (see `Value.result_unless_none`), read under `if name is not None:`.
     maybe_none: dict[str, Value] = field(default_factory=dict)
+    # Function scopes: a parameter annotated with a class of this file -> the constants its
+    # class body gives its fields (`cfg: DecoderConfig` with `causal: bool = True`).
+    fields: dict[str, dict[str, Value]] = field(default_factory=dict)
 
 
 class _Role(NamedTuple):
@@ -474,6 +477,19 @@ def _is_score_name(node: ast.AST) -> bool:
     return matched != ["sim"] or not tokens.isdisjoint(_SIM_TOKENS)  # `sim`, not `simple`
 
 
+# A function or class about attention, by its name (`mask_attn_weights`, `SelfAttention`).
+_ATTENTION_NAME = re.compile(r"(?i)attn|attention|score")
+
+
+def _is_output_logits(node: ast.AST) -> bool:
+    """Scores only by the word "logit" (`logit`, `action_logits`): a head's output over
+    classes, tokens or actions, masked before argmax or sampling where some entry always
+    survives, not an attention row that padding can empty."""
+    text = (last_name(node) or "").lower()
+    return "logit" in text and not any(
+        word in text for word in _SCORE_WORDS if word != "logit")
+
+
 # --- the walk -----------------------------------------------------------------------------
 
 
@@ -501,9 +517,13 @@ class Linter:
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
         # Classes of this file -> what their methods return, as `self.<method>` values.
         self._class_attrs: dict[str, dict[str, Value]] = {}
+        # Classes of this file -> the constant flags and numbers their bodies bind
+        # (a dataclass's `causal: bool = True`): what an instance's field holds by default.
+        self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
         self._roles_known = False  # whether any function or class above has `_Role`s
+        self._rsub_done: set[int] = set()  # subtractions already reported by MC512 at a call
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
         self._rebinds: dict[str, frozenset[str]] = {}
         # Branches that end in return/raise/...: the values saved before them (see `_enter_if`).
@@ -549,9 +569,13 @@ class Linter:
         return UNKNOWN
 
     def value(self, node: ast.AST) -> Value:
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
-                node.value.id == "self"):
-            return self.lookup("self." + node.attr)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "self":
+                return self.lookup("self." + node.attr)
+            fields = self.scope.fields.get(node.value.id)
+            if fields is not None and node.attr in fields and (
+                    node.value.id not in self.scope.assigned):
+                return fields[node.attr]  # `cfg.causal` of `cfg: Config` (see `_Scope.fields`)
         facts = describe(node, self.lookup)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
             # an additive mask plus a finite bias that is not the scores (ALiBi's
@@ -787,6 +811,12 @@ class Linter:
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
+                if self._class_fields and (
+                        _annotation_name(arg.annotation) in self._class_fields):
+                    # `cfg: DecoderConfig`: `cfg.causal` holds the field's default unless a
+                    # caller built the config with another value (as `causal=True` defaults do)
+                    scope.fields[arg.arg] = self._class_fields[
+                        _annotation_name(arg.annotation) or ""]
         positional = [*args.posonlyargs, *args.args]
         with_default = positional[len(positional) - len(args.defaults):]
         defaults = [*zip(with_default, args.defaults, strict=True),
@@ -882,6 +912,11 @@ class Linter:
         if facts and done.in_class and self.scope.kind == "class":
             # `self.name(...)` in the methods below gives what every return of it gives
             self.scope.values["self." + done.name] = facts
+        if roles and done.in_class and not done.method and self.scope.kind == "class":
+            # a static method called as `self.name(...)`: its calls are checked against what it
+            # does with its parameters, as a function's are (its arguments start after self)
+            self.scope.values["self." + done.name] = replace(
+                self.scope.values.get("self." + done.name, UNKNOWN), param_roles=roles)
         if done.kind == "class" and done.name:
             # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
             # its returns give, called through the class (or an alias of it)
@@ -889,6 +924,10 @@ class Linter:
                 if "." not in key and (helper.returns_bool or helper.result is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
         if done.kind == "class":
+            constants = {key: value for key, value in done.values.items()
+                         if "." not in key and (value.flag is not None or value.number is not None)}
+            if constants:
+                self._class_fields[done.name] = constants
             self._class_attrs[done.name] = {
                 key: value for key, value in done.values.items()
                 if key.startswith("self.") and (value.result is not None
@@ -1233,7 +1272,7 @@ class Linter:
         if isinstance(node.op, ast.Mult):
             self._product(node)
         elif isinstance(node.op, ast.Sub):
-            self._difference(node)
+            self._difference(node, parent)
         elif isinstance(node.op, ast.Add):
             self._sum(node, clamped=_is_clamped(node, parent))
         elif isinstance(node.op, ast.BitAnd):
@@ -1280,8 +1319,8 @@ class Linter:
             # is 0 off the diagonal, so that is NaN too
             eye = isinstance(other, ast.Call) and is_module_call(other) and call_name(
                 other, self.lookup) == "eye" and dtype_of(kwarg(other, "dtype")) != "bool"
-            if is_neg_inf(big, self.lookup) and (self.value(other).zero_one or mentions_mask(
-                    other) or one_minus(other) or eye):
+            if (is_neg_inf(big, self.lookup) or self._full_of_neg_inf(big)) and (
+                    self.value(other).zero_one or mentions_mask(other) or one_minus(other) or eye):
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
@@ -1294,6 +1333,16 @@ class Linter:
                 self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
                             "multiplying by it gives -inf/NaN; add it to the scores instead")
                 break
+
+    def _full_of_neg_inf(self, node: ast.AST) -> bool:
+        """`torch.full((n, n), float('-inf'))` (also `full_like`, `x.new_full`): -inf in every
+        entry, so a 0/1 selector multiplied into it is NaN wherever it is 0 (the composition
+        tenstorrent/tt-metal#52038 and Jittor PR #423 fixed in their triu/tril)."""
+        if not (isinstance(node, ast.Call) and call_name(node, self.lookup) in {
+                "full", "full_like", "new_full"}):
+            return False
+        fill = argument(node, 1, "fill_value")
+        return fill is not None and is_neg_inf(fill, self.lookup)
 
     def _int_product(self, big: ast.AST, other: ast.AST) -> bool:
         """`mask_bool.int() * -65505 * 2` (exllamav2's padding bias): an integer tensor times a
@@ -1312,7 +1361,7 @@ class Linter:
         return one_minus(node) and isinstance(node, ast.BinOp) and self.value(
             node.right).dtype != "fp32"
 
-    def _difference(self, node: ast.BinOp) -> None:
+    def _difference(self, node: ast.BinOp, parent: ast.AST | None = None) -> None:
         right = node.right
         if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
             for big, other in ((right.left, right.right), (right.right, right.left)):
@@ -1322,6 +1371,15 @@ class Linter:
                     if self.value(other).dtype == "fp32":
                         # `emb - (1 - m.float()) * 1e9` (RecBole's max pooling): the product
                         # is float32 and a float16 tensor minus it promotes to float32
+                        break
+                    into = parent.targets[0] if isinstance(parent, ast.Assign) and len(
+                        parent.targets) == 1 else None  # `s = x - 1e9 * (1 - m)`: s
+                    if not self._meets_scores(node.left) and not (
+                            into is not None and self._meets_scores(into)) and self.value(
+                            node.left).dtype not in HALF_DTYPES:
+                        # In float16 the difference is -inf, without raising (torch 2.13): a
+                        # hazard where a row can lose every key, not for DI-engine's
+                        # `logit.sub_(1e8 * (1 - action_mask))` or deepctr's max pooling
                         break
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
@@ -1334,6 +1392,10 @@ class Linter:
                         "first (`.int()`) or invert it with `~`")
             return
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
+                right).dtype is None:
+            # `1 - valid` on a parameter: a caller passing a bool raises here (MC512 at the call)
+            self._note_role(right, "rsub", follow=False, use=node)
+        if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
             edit = self._edit(node, f"~{self._paren(right)}") if number(
                 node.left) == 1 else None
@@ -1341,6 +1403,18 @@ class Linter:
                         f"`{self._text(node)}` "
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
+
+    def _meets_scores(self, node: ast.AST) -> bool:
+        """Attention scores, or a product or sum with them (`w * b` of GPT-2's `w * b - 1e10 *
+        (1 - b)`); not a head's output logits (see `_is_output_logits`)."""
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self._meets_scores(node.left) or self._meets_scores(node.right)
+        if self._is_scores(node) and not _is_output_logits(node):
+            return True
+        # a parameter of attention code (GPT-2's `def mask_attn_weights(self, w)`, a method
+        # of `class GPT2Attention`): the caller hands in the scores
+        return isinstance(node, ast.Name) and node.id in self.scope.params and any(
+            _ATTENTION_NAME.search(scope.name) for scope in self.scopes if scope.name)
 
     def _is_scores(self, node: ast.AST) -> bool:
         """Score tensors by their name (`scores`, `attn_weights`, `q @ k.T`) or by their use: a
@@ -1457,8 +1531,10 @@ class Linter:
         user_function = (isinstance(func, ast.Name) and func.id not in _PURE_BUILTINS
                          and not self.lookup(func.id).api) or (
             isinstance(func, ast.Attribute) and (dotted(func.value) or "").startswith("self"))
-        if not user_function:
-            return  # torch functions, tensor methods and print/len/... leave their arguments be
+        if not user_function or (isinstance(func, ast.Attribute) and self.value(func).mha):
+            # torch functions, tensor methods, print/len/... and torch's attention modules
+            # (`self.encoder(x, src_key_padding_mask=pad)`) leave their arguments be
+            return
         if isinstance(func, ast.Name) and func.id in self._rebinds:
             for rebound in self._rebinds[func.id]:
                 self._mutate(rebound)
@@ -1472,8 +1548,17 @@ class Linter:
         return facts.dtype not in {"bool", "int"} and (facts.float01 or (
             facts.zero_one and facts.dtype in FLOAT_DTYPES)) and not self._is_mutated(node)
 
+    def _float_mask_of_attention(self, node: ast.AST) -> bool:
+        """A 0/1 mask that SDPA or an attention module would add: a float 0/1 by evidence, or
+        a 0/1 mask cast to another tensor's dtype (`Value.cast01`): these APIs take bool or
+        float masks only, so such a cast that runs is a float one."""
+        if self._float_zero_one(node):
+            return True
+        facts = self.value(node)
+        return facts.cast01 and facts.dtype not in {"bool", "int"} and not self._is_mutated(node)
+
     def _float_mask_argument(self, mask: ast.expr, api: str) -> None:
-        if self._float_zero_one(mask):
+        if self._float_mask_of_attention(mask):
             self.report("MC508", mask, f"{self._text(mask)} is a float 0/1 mask, but {api} adds a "
                         "float attn_mask to the scores: it adds 1 to the kept positions and "
                         "masks nothing; pass it as bool (`.bool()`) or as 0/-inf")
@@ -1714,6 +1799,8 @@ class Linter:
             return
         if name == "full" and dtype is None:
             return  # torch.full with a Python float and no dtype is float32
+        if dtype_of(dtype) == "int":
+            return  # `torch.full(size, -999999, dtype=torch.long)`: an integer table, no float16
         shape = argument(call, 0, "size")
         if name == "full" and isinstance(shape, ast.Tuple) and not shape.elts:
             return  # a 0-d fill gives -inf in float16 without raising (checked on torch 2.13)
@@ -1865,6 +1952,12 @@ class Linter:
         if (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted:
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
                         f"but {where} means True = padding: invert it (`== 0`)")
+            return
+        self._note_role(node, "float-mha", raw=True)
+        if self._float_mask_of_attention(node):
+            self.report("MC508", node, f"{self._text(node)} is a float 0/1 mask, but a float "
+                        f"{where} is added to the scores: it adds 1 at the padding and masks "
+                        "nothing; pass it as bool (True = padding)")
 
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
         while isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
@@ -1895,6 +1988,7 @@ class Linter:
             self._mha_mask(mask)
 
     def _mha_mask(self, mask: ast.expr) -> None:
+        self._note_role(mask, "float-mha", raw=True)
         self._float_mask_argument(mask, "MultiheadAttention")
         facts = self.value(mask)
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
@@ -2040,8 +2134,9 @@ class Linter:
             self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
                         "inside forward: the stored mask changes on every call; build a new "
                         "tensor instead")
-        if self._is_large_negative(value) and mentions_mask(target) and (
-                _is_score_name(target.value) or self.value(target.value).dtype in HALF_DTYPES):
+        if self._is_large_negative(value) and mentions_mask(target) and ((
+                _is_score_name(target.value) and not _is_output_logits(target.value))
+                or self.value(target.value).dtype in HALF_DTYPES):
             # Only scores: an indexed write of -1e9 into float16 gives -inf without raising
             # (torch 2.13), which hurts a softmax row, not sentence-transformers' max pooling
             # (`token_embeddings[mask_expanded == 0] = -1e9`, then torch.max over tokens).
@@ -2185,6 +2280,7 @@ class Linter:
         self._note_role(argument(call, 1, "key"), "key", follow=False)
         self._note_role(causal, "causal", follow=False)
         self._note_role(mask, "keep-sdpa")
+        self._note_role(mask, "float-sdpa", raw=True)
         causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
         if causal_on and mask is not None and not is_none(mask) and not self._causal_without_mask(
                 call, causal, mask):
@@ -2281,6 +2377,27 @@ class Linter:
             node = scope.derived[node.id]
         return None
 
+    def _raw_parameter(self, node: ast.AST) -> tuple[str, bool] | None:
+        """The parameter of this function (not rebound) that `node` is with its values as the
+        caller passed them: through indexing, reshapes and names bound that way, not through
+        casts or inversions (`mask[:, None, None, :]`, not `mask.bool()`)."""
+        scope = self.scope
+        if scope.kind != "function" or not scope.name:
+            return None
+        for _ in range(8):
+            while isinstance(node, ast.Subscript) or (
+                    isinstance(node, ast.Call) and call_name(node) in _SHAPE_KEEPING
+                    and receiver(node) is not None):
+                node = node.value if isinstance(node, ast.Subscript) else (receiver(node) or node)
+            if not isinstance(node, ast.Name):
+                return None
+            if node.id in scope.params and node.id not in scope.assigned:
+                return node.id, False
+            if node.id not in scope.derived:
+                return None
+            node = scope.derived[node.id]
+        return None
+
     def _parameter_or_name(self, node: ast.AST, follow: bool) -> tuple[ast.Name, bool] | None:
         """The name `node` reads, through indexing, reshapes, bool casts and inversions, and
         whether it was inverted an odd number of times."""
@@ -2298,13 +2415,14 @@ class Linter:
                 break
         return (node, flipped) if isinstance(node, ast.Name) else None
 
-    def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True) -> None:
+    def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True,
+                   use: ast.AST | None = None, raw: bool = False) -> None:
         """Record what this function does with one of its parameters (see `_Role`). Only for
         functions called by their name and for forward / __call__ (called on an instance)."""
         scope = self.scope
         if node is None or (scope.method and scope.name not in {"forward", "__call__"}):
             return
-        found = self._parameter_behind(node, follow=follow)
+        found = self._raw_parameter(node) if raw else self._parameter_behind(node, follow=follow)
         if found is None:
             return
         param, inverted = found
@@ -2314,7 +2432,8 @@ class Linter:
             role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
         position = scope.params.index(param) - (1 if scope.method else 0)
         if position >= 0:
-            scope.param_roles.setdefault((position, role), _Role(position, role, node, param))
+            scope.param_roles.setdefault((position, role),
+                                         _Role(position, role, use or node, param))
 
     def _helper_call(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A call of a function of this file, checked against what the function does with its
@@ -2330,10 +2449,15 @@ class Linter:
             if passed is not None:
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
+        self._bool_subtracted(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and entry.role in {"add", "mul", "addmin"}:
                 self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
+            elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
+                self._note_role(passed, entry.role, raw=True)
+        if self._float_mask_passed(call, name, roles):
+            return
         if self._mask_added_or_multiplied(call, name, by_role):
             return
         keys, flags = by_role.get("key", []), by_role.get("causal", [])
@@ -2392,6 +2516,36 @@ class Linter:
                             f"and {name}() multiplies its scores by it: -inf/NaN; add it instead")
                 return True
         return False
+
+    def _float_mask_passed(self, call: ast.Call, name: str, roles: tuple[_Role, ...]) -> bool:
+        """A float 0/1 mask passed for a parameter that the function hands, values unchanged, to
+        SDPA's attn_mask or to an attention module's mask, which add a float mask: MC508 at
+        the argument (the caller passes the wrong kind of mask)."""
+        for entry in roles:
+            arg = _role_argument(call, entry) if entry.role in {"float-sdpa", "float-mha"} else None
+            if arg is not None and self._float_mask_of_attention(arg):
+                api = ("scaled_dot_product_attention" if entry.role == "float-sdpa"
+                       else "an attention module")
+                self.report("MC508", arg, f"{self._text(arg)} is a float 0/1 mask, and {name}() "
+                            f"hands it as {entry.param} to {api}, which adds a float mask to the "
+                            "scores: it adds 1 and masks nothing; pass it as bool or as 0/-inf")
+                return True
+        return False
+
+    def _bool_subtracted(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A bool tensor passed for a parameter the function subtracts from a number (`1 - valid`,
+        wasiahmad/context_attentive_ir#6): torch raises there. Reported at the subtraction,
+        once, naming the call."""
+        name = call_name(call) or "the function"
+        for entry in roles:
+            arg = _role_argument(call, entry) if entry.role == "rsub" else None
+            if arg is None or self.value(arg).dtype != "bool" or id(entry.use) in self._rsub_done:
+                continue
+            self._rsub_done.add(id(entry.use))
+            self.report("MC512", entry.use, f"line {call.lineno} passes a bool tensor "
+                        f"({self._text(arg)}) as {entry.param} of {name}(), and "
+                        f"`{self._text(entry.use)}` raises in torch (no `-` on bool); invert "
+                        "it with `~` or logical_not()")
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
@@ -2612,6 +2766,8 @@ def _needed_names(test: ast.expr) -> set[str]:
 # Methods that keep which positions a mask marks (for `_note_role`).
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
                            "contiguous", "to", "repeat", "squeeze", "flatten"})
+# ... of them, those that keep the values (and the dtype) as they are.
+_SHAPE_KEEPING = _ROLE_KEEPING - {"bool", "to"}
 
 
 def _inverted_operand(node: ast.AST) -> ast.AST | None:

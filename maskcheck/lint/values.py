@@ -110,6 +110,14 @@ class Value:
     last_position: bool = False
     # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
     bound: tuple[ast.keyword, ...] = ()
+    # A Python list or tuple whose every element is a tensor of this one dtype
+    # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
+    elements: str | None = None
+    # A 0/1 mask (bool, 0/1, a keep-mask) cast to the dtype of another tensor whose dtype the
+    # file does not show (`pad.to(points.dtype)`, `.type_as(feats)`): float unless that tensor
+    # is bool or integer. SDPA and the attention modules take only bool or float masks, so
+    # there it is a float 0/1 mask that they add (MC508).
+    cast01: bool = False
 
     def __bool__(self) -> bool:
         return self != UNKNOWN
@@ -435,6 +443,8 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return Value(flag=node.value)
     if isinstance(node, ast.IfExp):
         return _either(node, lookup)
+    if isinstance(node, (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+        return _describe_sequence(node, lookup)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
 
@@ -450,6 +460,28 @@ def _either(node: ast.IfExp, lookup: Lookup) -> Value:
     a, b = values
     return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
                     if getattr(a, f.name) == getattr(b, f.name)})
+
+
+def _describe_sequence(
+    node: ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp, lookup: Lookup
+) -> Value:
+    """A list or tuple of tensors that all have one dtype by evidence: `[torch.ones(n) for n
+    in lengths]`, `[a.float(), b.float()]`. A comprehension's own loop names are unknown inside
+    it (an outer binding of the same name says nothing about them)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        if not node.elts or any(isinstance(e, ast.Starred) for e in node.elts):
+            return UNKNOWN
+        dtypes = {describe(e, lookup).dtype for e in node.elts}
+    else:
+        bound = {n.id for gen in node.generators for n in ast.walk(gen.target)
+                 if isinstance(n, ast.Name)}
+
+        def inner(name: str) -> Value:
+            return UNKNOWN if name in bound else lookup(name)
+
+        dtypes = {describe(node.elt, inner).dtype}
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return Value(elements=dtype) if dtype is not None else UNKNOWN
 
 
 _KEEP_NAMES: dict[str, bool] = {}  # name -> declares_keep(name), for the names of every file
@@ -879,7 +911,12 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) or describe(p, lookup).cached
                                    for p in parts[:-1]):
             return Value(cached=True)
-        return UNKNOWN
+    if name in _JOINS_SEQUENCE:
+        # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
+        # written into that dtype): the result has that dtype.
+        joined = argument(call, 0, "tensors" if name != "pad_sequence" else "sequences")
+        dtype = describe(joined, lookup).elements if joined is not None else None
+        return Value(dtype=dtype) if dtype is not None else UNKNOWN
     if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
         # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
         # covers the zero padding: a keep-mask of 0s and 1s (halonet-pytorch's halo mask)
@@ -937,6 +974,9 @@ def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
 
 
 _ZEROS_NAMES = frozenset({"zeros", "zeros_like", "new_zeros"})
+# Calls that join a sequence of tensors into one of their common dtype.
+_JOINS_SEQUENCE = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack",
+                             "pad_sequence"})
 # Products whose result has their operands' dtype (`einsum` of two float16 tensors is float16).
 _PRODUCTS = frozenset({"einsum", "matmul", "bmm", "mm"})
 # What autocast runs in its lower precision (the CUDA float16 list of the torch.amp docs).
@@ -1029,11 +1069,19 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         cast = kwarg(call, "dtype") or target
         cast_value = replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
                              == "bool", hf_keep=False, hf_keep_inverted=False)
-        return _with_float01(cast_value, base, cast is not None and _float_target(cast, lookup))
+        floated = cast is not None and _float_target(cast, lookup)
+        result = _with_float01(cast_value, base, floated)
+        if not floated and cast is not None and isinstance(cast, ast.Attribute) and (
+                cast.attr == "dtype") and _data_tensor(cast.value, lookup):
+            result = replace(result, cast01=_zero_one_base(base))
+        return result
     if name == "type_as":
         other = call.args[0] if len(call.args) == 1 else None
         floated = other is not None and _float_tensor(other, lookup)
-        return _with_float01(replace(base, dtype=None, tokens=False), base, floated)
+        result = _with_float01(replace(base, dtype=None, tokens=False), base, floated)
+        if not floated and other is not None and _data_tensor(other, lookup):
+            result = replace(result, cast01=_zero_one_base(base))
+        return result
     if name in _COMPARE_METHODS and call.args:
         op = {"eq": ast.Eq(), "ne": ast.NotEq(), "gt": ast.Gt(), "lt": ast.Lt(), "ge": ast.GtE(),
               "le": ast.LtE()}[name]
@@ -1095,6 +1143,30 @@ def _retyped(base: Value, dtype: str) -> Value:
     cast = replace(base, dtype=dtype, zero_one=zero_one, hf_keep=False, hf_keep_inverted=False,
                    tokens=False)
     return _with_float01(cast, base, True)
+
+
+def _zero_one_base(base: Value) -> bool:
+    """Whether a value is a 0/1 mask whatever its dtype (what a float cast keeps 0/1)."""
+    padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
+    return (base.zero_one or base.dtype == "bool" or base.float01 or padding
+            or base.keep_mask) and not base.all_ones
+
+
+# Words of a tensor's name that say it holds a mask, indices or counts (bool or integer).
+_NOT_DATA_WORDS = ("mask", "bias", "ids", "idx", "index", "indices", "label", "len", "pos",
+                   "token", "count")
+
+
+def _data_tensor(node: ast.AST, lookup: Lookup) -> bool:
+    """A tensor whose dtype a mask is cast to and that is not itself a mask, an index or a
+    count by its name or by what the file knows of it (`points`, `feats`, `hidden`)."""
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        return False
+    text = (last_name(node) or "").lower()
+    if not text or any(word in text for word in _NOT_DATA_WORDS):
+        return False
+    known = describe(node, lookup)
+    return known.dtype not in {"bool", "int"} and not (known.tokens or known.hf_keep)
 
 
 def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
