@@ -805,8 +805,6 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
-                elif _annotated_bool_tensor(arg.annotation):  # `mask: torch.BoolTensor`
-                    scope.values[arg.arg] = Value(dtype="bool", tensor=True)
                 elif self._class_roles and (
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
@@ -2885,11 +2883,6 @@ def _annotated_mha(annotation: ast.expr | None) -> bool:
 def _annotated_tensor(annotation: ast.expr | None) -> bool:
     """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
     return _annotation_name(annotation) in {"Tensor", "torch.Tensor"}
-
-
-def _annotated_bool_tensor(annotation: ast.expr | None) -> bool:
-    """Annotated `torch.BoolTensor` (AllenNLP's `mask: torch.BoolTensor`): a bool tensor."""
-    return _annotation_name(annotation) in {"BoolTensor", "torch.BoolTensor"}
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})

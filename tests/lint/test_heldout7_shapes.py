@@ -32,27 +32,6 @@ def test_full_neg_inf_mask_opened_by_zeros_is_silent(found: Found) -> None:
     assert found(fixed) == []
 
 
-# AllenNLP's `mask: torch.BoolTensor` parameters: the annotation says bool.
-ALLENNLP = '''import torch
-
-
-def attend(sim: torch.Tensor, passage_mask: torch.BoolTensor) -> torch.Tensor:
-    logits = sim.max(dim=-1)[0]
-    logits = logits + passage_mask
-    return logits.softmax(-1)
-'''
-
-
-def test_bool_tensor_annotated_mask_added_is_found(found: Found) -> None:
-    assert found(ALLENNLP) == [(6, "MC509")]
-
-
-def test_bool_tensor_annotated_mask_filled_is_silent(found: Found) -> None:
-    fixed = ALLENNLP.replace("logits + passage_mask",
-                             "logits.masked_fill(~passage_mask, torch.finfo(logits.dtype).min)")
-    assert found(fixed) == []
-
-
 # A conditional expression: `pad = helper(...) if lens is not None else torch.zeros(..., bool)`.
 CONDITIONAL = '''import torch
 
