@@ -409,8 +409,9 @@ def nnf_alias(source: str) -> Rewritten | None:
 
 
 # `.masked_fill(a, b)` on one line, each argument without a comma outside one pair of brackets.
-_FILL_ARGS = re.compile(r"\.masked_fill(_?)\(([^(),]+(?:\([^()]*\))?[^(),]*), "
-                        r"([^(),]+(?:\([^()]*\))?)\)")
+# Positional arguments only: a call already written with keywords stays as it is.
+_FILL_ARGS = re.compile(r"\.masked_fill(_?)\((?!\s*\w+\s*=)([^(),]+(?:\([^()]*\))?[^(),]*), "
+                        r"(?!\s*\w+\s*=)([^(),]+(?:\([^()]*\))?)\)")
 
 
 def fill_keywords(source: str) -> Rewritten | None:

@@ -384,7 +384,11 @@ def _is_key_padding_name(name: str) -> bool:
 
 
 def _is_eq_zero(node: ast.AST, name: str) -> bool:
-    """`name == 0` (either order), the test that picks the untouched zeros."""
+    """`name == 0` (either order), or `name.eq(0)`: the test that picks the untouched zeros."""
+    if isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
+            not node.keywords):
+        base = receiver(node)
+        return isinstance(base, ast.Name) and base.id == name and is_zero(node.args[0])
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
         return False
     if not isinstance(node.ops[0], ast.Eq):
@@ -1143,7 +1147,10 @@ class Linter:
         scope = self._owner(name) if self.scope.outer_names else self.scope
         fill = self._zero_mask_fill_of(name, value)
         pending_triu = scope.bool_triu.get(name)
+        reshaped = scope.zeroed.get(name) if _reshape_of(value, name) else None
         self._forget(name, scope)
+        if reshaped is not None:  # `a = a * keep; a = a.view(-1, n, n)`: still the product
+            scope.zeroed[name] = reshaped
         if pending_triu is value:  # registered while reading this very right-hand side
             scope.bool_triu[name] = pending_triu
         scope.assigned.add(name)
@@ -1373,11 +1380,12 @@ class Linter:
                     into = parent.targets[0] if isinstance(parent, ast.Assign) and len(
                         parent.targets) == 1 else None  # `s = x - 1e9 * (1 - m)`: s
                     if not self._meets_scores(node.left) and not (
-                            into is not None and self._meets_scores(into)) and self.value(
-                            node.left).dtype not in HALF_DTYPES:
+                            into is not None and self._meets_scores(into)) and not any(
+                            self.value(n).dtype in HALF_DTYPES for n in (node.left, other)):
                         # In float16 the difference is -inf, without raising (torch 2.13): a
-                        # hazard where a row can lose every key, not for DI-engine's
-                        # `logit.sub_(1e8 * (1 - action_mask))` or deepctr's max pooling
+                        # hazard where an attention row can lose every key, and elsewhere only
+                        # where the file shows float16 (an empty sequence max-pooled to -inf);
+                        # not DI-engine's `logit.sub_(1e8 * (1 - action_mask))` of unknown dtype
                         break
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
@@ -1538,7 +1546,7 @@ class Linter:
         if isinstance(func, ast.Name) and func.id in self._rebinds:
             for rebound in self._rebinds[func.id]:
                 self._mutate(rebound)
-        for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        for arg in [*call.args, *(kw.value for kw in call.keywords if kw.arg is not None)]:
             if isinstance(arg, ast.Name):
                 self._mutate(arg.id)
 
@@ -1716,12 +1724,28 @@ class Linter:
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
         if name == "masked_fill_" and self._in_forward() and target is not None:
-            attr = self_attr(_inplace_base(target))
+            attr = self._held_attr(_inplace_base(target))
             cls = self._class_scope()
             if attr is not None and cls is not None and attr in cls.buffer_attrs:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
                             "forward: the stored mask is rewritten on every call; use "
                             "masked_fill (out of place)")
+
+    def _held_attr(self, node: ast.AST) -> str | None:
+        """`X` for `self.X`, `self.get_buffer("X")`, or a name this function bound to `self.X`
+        (`bias = self.window_bias`): an in-place call on any of them writes into self.X."""
+        attr = self_attr(node)
+        if attr is not None:
+            return attr
+        if isinstance(node, ast.Call) and call_name(node) == "get_buffer" and len(
+                node.args) == 1 and isinstance(node.args[0], ast.Constant) and isinstance(
+                node.args[0].value, str) and self_attr(node.func) == "get_buffer":
+            return node.args[0].value
+        if isinstance(node, ast.Name) and node.id not in self.scope.mutated:
+            bound = self.scope.derived.get(node.id)
+            if isinstance(bound, (ast.Attribute, ast.Subscript)):
+                return self_attr(bound)
+        return None
 
     def _fill_fits(self, value: ast.AST, target: ast.AST | None,
                    condition: ast.AST | None) -> bool:
@@ -2186,9 +2210,10 @@ class Linter:
     def _inplace_fill(self, call: ast.Call) -> None:
         base = receiver(call)
         fill = argument(call, 1, "value")
-        key = base.id if isinstance(base, ast.Name) else (
-            "self." + base.attr if isinstance(base, ast.Attribute) and isinstance(
-                base.value, ast.Name) and base.value.id == "self" else None)
+        held = self._held_attr(base) if base is not None and not isinstance(
+            base, ast.Subscript) else None
+        key = "self." + held if held is not None else base.id if isinstance(
+            base, ast.Name) else None
         if key is not None and fill is not None and is_masking_value(fill, self.lookup):
             # `self.mask.masked_fill_(future, -1e9)` on a buffer of ones (the seed's model):
             # from here on it holds large negatives, so multiplying by it is MC523
@@ -2210,6 +2235,14 @@ class Linter:
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
                         f"{call_name(bound, self.lookup)} that autograd saves for backward: "
                         "backward raises (modified by an inplace operation); use masked_fill")
+        elif isinstance(base, ast.Attribute) and base.attr == "weight" and isinstance(
+                base.value, ast.Attribute):
+            # `model.tok_emb.weight.masked_fill_(rows, 0.0)`: a layer's weight is a Parameter
+            # (requires grad), and a leaf that requires grad refuses in-place writes (checked
+            # on torch 2.13); `.weight.data` or torch.no_grad() is how it is done
+            self.report("MC505", call, f"masked_fill_ on {self._text(base)}, a layer's weight "
+                        "(a Parameter that requires grad): in-place fill of a leaf raises; do it "
+                        "under torch.no_grad() (or on .data)")
         elif (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name)
               and base.value.id == "self"):
             cls = self._class_scope()
@@ -2245,6 +2278,11 @@ class Linter:
 
     def _sdpa(self, call: ast.Call) -> None:
         call = self._spread_kwargs(call)
+        bound = self.lookup(call.func.id).bound if isinstance(call.func, ast.Name) else ()
+        if bound:  # `sdpa = partial(F.scaled_dot_product_attention, is_causal=True)`
+            given = {kw.arg for kw in call.keywords}
+            call = ast.copy_location(ast.Call(call.func, call.args, [
+                *call.keywords, *(kw for kw in bound if kw.arg not in given)]), call)
         causal = argument(call, 5, "is_causal")
         mask = argument(call, 3, "attn_mask")
         self._note_role(argument(call, 1, "key"), "key", follow=False)
@@ -2999,6 +3037,18 @@ def _receiver_root(node: ast.AST) -> ast.AST:
             node = node.value
         else:
             return node
+
+
+_RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
+                       "contiguous", "transpose", "permute", "view_as", "reshape_as"})
+
+
+def _reshape_of(value: ast.expr, name: str) -> bool:
+    """`name.view(...)`, `name.reshape(...).contiguous()`: the same entries in another layout."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
+            value.func.attr in _RESHAPES):
+        value = value.func.value
+    return isinstance(value, ast.Name) and value.id == name
 
 
 def _inplace_base(node: ast.expr) -> ast.expr:

@@ -110,6 +110,8 @@ class Value:
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
+    # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
+    bound: tuple[ast.keyword, ...] = ()
     # A Python list or tuple whose every element is a tensor of this one dtype
     # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
     elements: str | None = None
@@ -485,10 +487,25 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return _describe_subscript(node, lookup)
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return Value(flag=node.value)
+    if isinstance(node, ast.IfExp):
+        return _either(node, lookup)
     if isinstance(node, (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
         return _describe_sequence(node, lookup)
     v = number(node, lookup)
     return Value(number=v) if v is not None else UNKNOWN
+
+
+def _either(node: ast.IfExp, lookup: Lookup) -> Value:
+    """`a if test else b`: the facts both branches give. A `None` branch adds nothing: where
+    the value is used as a tensor, the other branch gave it (`pad = lens_to_pad(lens, n) if lens
+    is not None else None`)."""
+    branches = [b for b in (node.body, node.orelse) if not is_none(b)]
+    values = [describe(b, lookup) for b in branches]
+    if len(values) == 1 or values[0] == values[1]:
+        return values[0]
+    a, b = values
+    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                    if getattr(a, f.name) == getattr(b, f.name)})
 
 
 def _describe_sequence(
@@ -684,6 +701,49 @@ def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
     return token_ids_name(name) and number(right) == 0
 
 
+def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool | None:
+    """A comparison of positions with sequence lengths: True when it holds past the length
+    (padding), False when it holds before it (real positions), None for anything else."""
+    if _positions(left) and _lengths(right):
+        after = isinstance(op, (ast.Gt, ast.GtE))
+    elif _lengths(left) and _positions(right):
+        after = isinstance(op, (ast.Lt, ast.LtE))
+    else:
+        return None
+    return after if isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)) else None
+
+
+def _stripped(node: ast.AST) -> ast.AST:
+    """The tensor under indexing and reshapes: `lens[:, None]`, `r.unsqueeze(0)` -> the name."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in _KEEPS_VALUES | {"to", "type_as"}):
+            node = node.func.value
+        else:
+            return node
+
+
+def _positions(node: ast.AST) -> bool:
+    """`torch.arange(n)`, `seq_range`, `self.arange[:n]`: position indices by call or name."""
+    node = _stripped(node)
+    if isinstance(node, ast.Call):
+        return call_name(node) == "arange"
+    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
+    return "arange" in words or "range" in words or "positions" in words
+
+
+def _lengths(node: ast.AST) -> bool:
+    """`lengths`, `lens`, `ys_in_lens`, `seq_len`: sequence lengths by name (not a size call)."""
+    node = _stripped(node)
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+        return False
+    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
+    return any(w in {"lens", "lengths", "length", "len", "lenghts"} for w in words) and not any(
+        w in {"max", "min", "maxlen"} for w in words)  # `max_len` bounds every sequence
+
+
 def token_ids_name(name: str) -> bool:
     """`input_ids`, `ids`, `token_ids`, `src_ids`: a tensor of token ids (int64), not position,
     type or segment ids."""
@@ -700,6 +760,11 @@ def _names_pad_index(node: ast.AST) -> bool:
 
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
+    past_length = _past_length(left, op, right)
+    if past_length is not None:
+        # `arange(n)[None] >= lengths[:, None]` (ESPnet's make_pad_mask): True at padding;
+        # `arange(n)[None] < lengths[:, None]` (sequence_mask): True at real positions
+        return replace(out, hf_keep_inverted=True) if past_length else replace(out, pad_keep=True)
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True)
@@ -783,6 +848,10 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     base_node = receiver(call)
     if name is None:
         return UNKNOWN
+    if name == "partial" and len(call.args) == 1:
+        target = describe(call.args[0], lookup)
+        if target.api is not None:
+            return Value(api=target.api, bound=tuple(call.keywords))
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
@@ -1178,7 +1247,7 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
 # Names of tensors that hold the attention's float operands.
 _FLOAT_TENSOR_NAMES = frozenset({"q", "k", "v", "query", "key", "value", "x", "hidden_states",
                                  "inputs_embeds", "query_states", "key_states", "value_states"})
-_FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight")
+_FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight", "hidden", "embed")
 
 
 def _float_target(node: ast.AST, lookup: Lookup) -> bool:

@@ -367,10 +367,22 @@ def test_an_additive_mask_made_float32_cannot_overflow_float16(tmp_path: Path) -
     assert _codes(tmp_path / "abstract_recommender.py", source) == []
 
 
-def test_the_same_mask_in_half_or_of_unknown_dtype_is_reported(tmp_path: Path) -> None:
-    for cast in ("mask.half()", "mask.to(token_seq_embedding.dtype)", "mask"):
+def test_the_same_mask_in_half_is_reported(tmp_path: Path) -> None:
+    # float16 turns the difference into -inf without raising: an empty sequence max-pools to
+    # -inf (where float32 gave a finite -1e9)
+    source = RECBOLE_POOLING.format(cast="mask.half()")
+    assert _codes(tmp_path / "abstract_recommender.py", source) == ["MC501"]
+
+
+def test_the_same_pooling_of_unknown_dtype_is_silent_but_not_attention(tmp_path: Path) -> None:
+    # Outside attention a non-raising -inf needs float16 shown in the file; the same difference
+    # handed to softmax is attention, and reported whatever its dtype.
+    for cast in ("mask.to(token_seq_embedding.dtype)", "mask.float().to(token_seq_embedding)"):
         source = RECBOLE_POOLING.format(cast=cast)
-        assert _codes(tmp_path / "abstract_recommender.py", source) == ["MC501"], cast
+        assert _codes(tmp_path / "abstract_recommender.py", source) == [], cast
+        softmaxed = source.replace("torch.max(masked, dim=1, keepdim=True)",
+                                   "masked.softmax(dim=1)")
+        assert _codes(tmp_path / "abstract_recommender.py", softmaxed) == ["MC501"], cast
 
 
 # sglang srt/layers/attention/aiter_backend.py:1836: the log-sum-exp of an MLA decode kernel.
