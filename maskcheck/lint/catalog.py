@@ -169,12 +169,15 @@ FINFO_MIN_SUMMED = register(RuleInfo(
 ))
 WIDE_FINFO_TO_HALF = register(RuleInfo(
     "MC517", "wide-finfo-to-half", E, "source",
-    "masked_fill (or torch.full) of a float16/bfloat16 tensor with the float32 minimum.",
+    "masked_fill, torch.full or torch.where of a float16/bfloat16 tensor with the float32 "
+    "minimum.",
     "The float32 minimum (-3.4e38) does not fit in float16 (65504) or bfloat16 (3.39e38): "
     "masked_fill raises 'value cannot be converted to type c10::Half without overflow' (and "
     "c10::BFloat16 likewise, checked on torch 2.13), as does `-torch.finfo(torch.float32).max` "
-    "and `torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`. Take the "
-    "minimum of the tensor's own dtype.",
+    "and `torch.full(size, torch.finfo(torch.float32).min, dtype=torch.float16)`; torch.where "
+    "does not raise but rounds it to -inf, so a row with every key masked softmaxes to NaN. A "
+    "matmul inside `torch.autocast` is float16 on CUDA (bfloat16 on the CPU). Take the minimum "
+    "of the tensor's own dtype.",
     "scores = scores.half()\n"
     "scores = scores.masked_fill(mask, torch.finfo(torch.float32).min)",
     "scores = scores.half()\n"
