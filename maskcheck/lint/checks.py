@@ -1776,7 +1776,9 @@ class Linter:
         return is_finfo_min(node, self.lookup)
 
     def _where(self, call: ast.Call) -> None:
-        branches = call.args[1:3]
+        # `torch.tensor(-1e10, dtype=w.dtype)` is a 0-d tensor, which does not promote a
+        # dimensioned one: torch.where gives w's dtype, as with the bare number (torch 2.13)
+        branches = [self._zero_d_scalar(b) for b in call.args[1:3]]
         tensors = [b for b in branches if number(b, self.lookup) is None]
         if not tensors:
             return  # two Python scalars: the result is float32
@@ -1790,6 +1792,14 @@ class Linter:
                 self.report("MC517", branch, f"{self._text(branch)} is the float32 minimum: "
                             "torch.where on a float16/bfloat16 tensor turns it into -inf, so a "
                             "fully masked row gives NaN; use torch.finfo(x.dtype).min")
+
+    def _zero_d_scalar(self, node: ast.expr) -> ast.expr:
+        """The number in `torch.tensor(number, ...)`, else the node itself."""
+        if isinstance(node, ast.Call) and len(node.args) == 1 and is_module_call(
+                node) and call_name(node, self.lookup) == "tensor" and number(
+                node.args[0], self.lookup) is not None:
+            return node.args[0]
+        return node
 
     def _full(self, call: ast.Call, name: str) -> None:
         if name in {"full", "full_like", "new_full"}:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
 
 
@@ -328,3 +330,37 @@ def test_zeroed_logits_rebound_to_something_else_are_silent(found: Found) -> Non
     source = RESHAPED.replace("attn = attn.view(-1, heads, n, n)",
                               "attn = torch.randn(2, heads, n, n)")
     assert found(source) == []
+
+
+# A Flax port's `jnp.where(mask, w, big_neg)` written with a 0-d tensor of the scores' dtype.
+ZERO_D_WHERE = '''import torch
+
+BIG_NEG = -1e10
+
+
+def attend(w, mask):
+    w = torch.where(mask.bool(), w, torch.tensor(BIG_NEG, dtype=w.dtype))
+    return w.softmax(-1)
+'''
+
+
+def test_a_zero_d_tensor_of_a_large_negative_in_where_is_found(found: Found) -> None:
+    assert found(ZERO_D_WHERE) == [(7, "MC501")]
+
+
+def test_a_zero_d_tensor_of_the_dtype_minimum_in_where_is_silent(found: Found) -> None:
+    assert found(ZERO_D_WHERE.replace("torch.tensor(BIG_NEG, dtype=w.dtype)",
+                                      "torch.finfo(w.dtype).min")) == []
+
+
+def test_where_of_two_zero_d_tensors_is_float32_and_silent(found: Found) -> None:
+    # two 0-d tensors made from Python floats: float32, where -1e10 fits
+    assert found(ZERO_D_WHERE.replace("w, torch.tensor(BIG_NEG",
+                                      "torch.tensor(0.0), torch.tensor(BIG_NEG")) == []
+
+
+def test_a_zero_d_tensor_takes_the_other_branchs_half_dtype() -> None:
+    w = torch.zeros(2, dtype=torch.float16)
+    keep = torch.tensor([True, False])
+    out = torch.where(keep, w, torch.tensor(-1e10))
+    assert out.dtype == torch.float16 and out[1].item() == float("-inf")
