@@ -957,6 +957,12 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) or describe(p, lookup).cached
                                    for p in parts[:-1]):
             return Value(cached=True)
+        # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
+        # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries
+        described = [describe(p, lookup) for p in parts]
+        if len(parts) >= 2 and any(d.finfo_min for d in described) and all(
+                d.finfo_min or d.zeros for d in described):
+            return Value(finfo_min=True, additive=True)
     if name in _JOINS_SEQUENCE:
         # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
         # written into that dtype): the result has that dtype.
