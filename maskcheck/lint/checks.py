@@ -526,6 +526,10 @@ class Linter:
         self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
+        # Names of the module-level functions of this file: a bare call of one is that function,
+        # not the torch API of the same name (TinyTorch's own `scaled_dot_product_attention(Q, K,
+        # V, mask)` takes a 1/0 keep mask).
+        self._own_functions: set[str] = set()
         self._roles_known = False  # whether any function or class above has `_Role`s
         self._rsub_done: set[int] = set()  # subtractions already reported by MC512 at a call
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
@@ -635,6 +639,8 @@ class Linter:
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
         self._local_defs = _defined_names(tree)
+        self._own_functions = {node.name for node in getattr(tree, "body", ())
+                               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
@@ -1032,7 +1038,9 @@ class Linter:
         name = call_name(call, self.lookup)
         if name is None:
             return
-        if name in {"masked_fill", "masked_fill_"}:
+        if self._own_call(call):
+            pass  # the file's own function of that name: what it does is read from its body
+        elif name in {"masked_fill", "masked_fill_"}:
             self._masked_fill(call, name)
         elif name == "where" and module_dotted(call.func) == "torch.where" and call.args and (
                 mentions_mask(call.args[0]) or any(is_wide_finfo_min(a) for a in call.args[1:3])):
@@ -1329,6 +1337,15 @@ class Linter:
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
+            if (is_wide_finfo_min(big) or self.value(big).wide_finfo) and self.value(
+                    other).dtype in HALF_DTYPES:
+                # `(1.0 - m.to(torch.bfloat16)) * torch.finfo(torch.float32).min`
+                # (transformers PR #20605): the product is computed in m's dtype, where the
+                # float32 minimum is -inf (and 0 * -inf is NaN where the scalar is cast first)
+                self.report("MC517", big, f"{self._text(big)} is the float32 minimum and "
+                            f"{self._text(other)} is float16/bfloat16: the product overflows to "
+                            "-inf (0 * -inf is NaN); use torch.finfo(x.dtype).min")
+                break
             facts = self.value(big)
             # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
             # So does one times a bool (transformers' `causal_mask *= arange > cache_position`:
@@ -1937,12 +1954,18 @@ class Linter:
             self.report("MC511", padding, f"{self._text(padding)} is 1 at the padding, but "
                         "attention_mask means 1 = real token (Hugging Face convention): the "
                         "model attends to the padding only; pass `ids != pad_id`")
-        if call_name(call, self.lookup) != "scaled_dot_product_attention":
+        if call_name(call, self.lookup) != "scaled_dot_product_attention" or self._own_call(call):
             return
         mask = argument(call, 3, "attn_mask")
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
+
+    def _own_call(self, call: ast.Call) -> bool:
+        """A bare call of a module-level function of this file (not an alias of a torch API):
+        it is that function, whatever torch name it shares."""
+        return isinstance(call.func, ast.Name) and call.func.id in self._own_functions and (
+            self.lookup(call.func.id).api is None)
 
     def _defined_here(self, call: ast.Call) -> bool:
         """Whether the call reaches a function, method or class of this file (or an instance of
@@ -2474,6 +2497,8 @@ class Linter:
                 self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
             elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
                 self._note_role(passed, entry.role, raw=True)
+            elif passed is not None and entry.role == "rsub":  # reported at the subtraction
+                self._note_role(passed, "rsub", follow=False, use=entry.use)
         if self._float_mask_passed(call, name, roles):
             return
         if self._mask_added_or_multiplied(call, name, by_role):
@@ -2552,18 +2577,31 @@ class Linter:
 
     def _bool_subtracted(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A bool tensor passed for a parameter the function subtracts from a number (`1 - valid`,
-        wasiahmad/context_attentive_ir#6): torch raises there. Reported at the subtraction,
-        once, naming the call."""
+        wasiahmad/context_attentive_ir#6): torch raises there (MC512). An additive mask (0 / -inf)
+        passed there (harvard-edge/cs249r_book PR #1785: `(1 - mask) * MASK_VALUE` given
+        `triu(full(-inf), 1)`): `1 - mask` reads it as a 1/0 keep mask, so the kept positions get
+        the masking value and the masked ones +inf times it (MC523). Reported at the
+        subtraction, once, naming the call."""
         name = call_name(call) or "the function"
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role == "rsub" else None
-            if arg is None or self.value(arg).dtype != "bool" or id(entry.use) in self._rsub_done:
+            if arg is None or id(entry.use) in self._rsub_done:
                 continue
-            self._rsub_done.add(id(entry.use))
-            self.report("MC512", entry.use, f"line {call.lineno} passes a bool tensor "
-                        f"({self._text(arg)}) as {entry.param} of {name}(), and "
-                        f"`{self._text(entry.use)}` raises in torch (no `-` on bool); invert "
-                        "it with `~` or logical_not()")
+            facts = self.value(arg)
+            if facts.dtype == "bool":
+                self._rsub_done.add(id(entry.use))
+                self.report("MC512", entry.use, f"line {call.lineno} passes a bool tensor "
+                            f"({self._text(arg)}) as {entry.param} of {name}(), and "
+                            f"`{self._text(entry.use)}` raises in torch (no `-` on bool); "
+                            "invert it with `~` or logical_not()")
+            elif facts.additive and not facts.zero_one and not facts.all_ones and (
+                    facts.dtype in {None, "fp32", "half", "bf16"}):
+                self._rsub_done.add(id(entry.use))
+                self.report("MC523", entry.use, f"line {call.lineno} passes an additive mask "
+                            f"(0 / -inf: {self._text(arg)}) as {entry.param} of {name}(), and "
+                            f"`{self._text(entry.use)}` reads it as a 1/0 keep mask: the kept "
+                            "positions get the masking value and the masked ones -inf; pass "
+                            "the 1/0 mask (`tril(ones)`) or add the additive one")
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
