@@ -1038,7 +1038,7 @@ class Linter:
         name = call_name(call, self.lookup)
         if name is None:
             return
-        if self._own_call(call):
+        if name == "scaled_dot_product_attention" and self._own_call(call):
             pass  # the file's own function of that name: what it does is read from its body
         elif name in {"masked_fill", "masked_fill_"}:
             self._masked_fill(call, name)
@@ -1337,14 +1337,15 @@ class Linter:
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")
-            if (is_wide_finfo_min(big) or self.value(big).wide_finfo) and self.value(
-                    other).dtype in HALF_DTYPES:
+            if (is_wide_finfo_min(big) or self.value(big).wide_finfo) and (
+                    self.value(other).dtype in HALF_DTYPES or self.value(other).maybe_half):
                 # `(1.0 - m.to(torch.bfloat16)) * torch.finfo(torch.float32).min`
                 # (transformers PR #20605): the product is computed in m's dtype, where the
                 # float32 minimum is -inf (and 0 * -inf is NaN where the scalar is cast first)
+                how = "is" if self.value(other).dtype in HALF_DTYPES else "may be"
                 self.report("MC517", big, f"{self._text(big)} is the float32 minimum and "
-                            f"{self._text(other)} is float16/bfloat16: the product overflows to "
-                            "-inf (0 * -inf is NaN); use torch.finfo(x.dtype).min")
+                            f"{self._text(other)} {how} float16/bfloat16: the product overflows "
+                            "to -inf (0 * -inf is NaN); use torch.finfo(x.dtype).min")
                 break
             facts = self.value(big)
             # An additive mask times a 0/1 mask (LED's `expanded * inverted`) stays a mask.
@@ -1715,9 +1716,10 @@ class Linter:
             # scores: a default fill of log-probs or DP tables is float32 work.
             self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
-                target_facts.dtype in HALF_DTYPES):
+                target_facts.dtype in HALF_DTYPES or target_facts.maybe_half):
+            how = "" if target_facts.dtype in HALF_DTYPES else " (the tensor's dtype may be one)"
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
-                        "float16/bfloat16 tensor with it raises (value cannot be converted "
+                        f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
         if condition is None or value is None or not self._is_fill_value(value):
             return
@@ -1963,7 +1965,8 @@ class Linter:
 
     def _own_call(self, call: ast.Call) -> bool:
         """A bare call of a module-level function of this file (not an alias of a torch API):
-        it is that function, whatever torch name it shares."""
+        it is that function, whatever torch name it shares. Used for SDPA, whose mask convention
+        is its own (a file's `softmax` is still a softmax)."""
         return isinstance(call.func, ast.Name) and call.func.id in self._own_functions and (
             self.lookup(call.func.id).api is None)
 
@@ -3238,11 +3241,13 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
 
 
 def _join(a: Value, b: Value) -> Value:
-    """The facts two values share (what is known after either branch ran)."""
+    """The facts two values share (what is known after either branch ran), and `maybe_half`
+    when either has it (a dtype that is float16/bfloat16 on some path)."""
     if a == b:
         return a
-    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
-                    if getattr(a, f.name) == getattr(b, f.name)})
+    shared = Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                      if getattr(a, f.name) == getattr(b, f.name)})
+    return replace(shared, maybe_half=True) if a.maybe_half or b.maybe_half else shared
 
 
 def _added_terms(node: ast.AST) -> list[ast.AST]:

@@ -115,6 +115,11 @@ class Value:
     # A Python list or tuple whose every element is a tensor of this one dtype
     # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
     elements: str | None = None
+    # float16/bfloat16 on some path: a torch dtype object held in a name or returned by a helper
+    # (`torch.bfloat16 if on_xla else torch.float32`, `downcast_dtype() or self.dtype` with a
+    # helper returning torch.bfloat16 or None), or a tensor cast to one (`m.to(dtype=dtype)`).
+    # Read only where a float32-only value meets it (MC517); kept through branch joins.
+    maybe_half: bool = False
     # A 0/1 mask (bool, 0/1, a keep-mask) cast to the dtype of another tensor whose dtype the
     # file does not show (`pad.to(points.dtype)`, `.type_as(feats)`): float unless that tensor
     # is bool or integer. SDPA and the attention modules take only bool or float masks, so
@@ -489,6 +494,11 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
         return Value(flag=node.value)
     if isinstance(node, ast.IfExp):
         return _either(node, lookup)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        # `downcast_dtype() or self.dtype`: a half dtype if any operand may be one
+        if any(describe(v, lookup).maybe_half for v in node.values):
+            return Value(maybe_half=True)
+        return UNKNOWN
     if isinstance(node, (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
         return _describe_sequence(node, lookup)
     v = number(node, lookup)
@@ -504,8 +514,9 @@ def _either(node: ast.IfExp, lookup: Lookup) -> Value:
     if len(values) == 1 or values[0] == values[1]:
         return values[0]
     a, b = values
-    return Value(**{f.name: getattr(a, f.name) for f in fields(Value)
-                    if getattr(a, f.name) == getattr(b, f.name)})
+    shared = Value(**{f.name: getattr(a, f.name) for f in fields(Value)
+                      if getattr(a, f.name) == getattr(b, f.name)})
+    return replace(shared, maybe_half=True) if a.maybe_half or b.maybe_half else shared
 
 
 def _describe_sequence(
@@ -567,6 +578,8 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         return Value(number=v)
     if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"}:
         return Value(api=node.attr)
+    if dtype_of(node) in HALF_DTYPES and module_dotted(node.value) == "torch":
+        return Value(maybe_half=True)  # `dtype = torch.bfloat16`: the dtype object
     return UNKNOWN
 
 
@@ -834,6 +847,10 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     if dtype is None and number(node.left, lookup) is not None and isinstance(
             node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and right.dtype in FLOAT_DTYPES:
         dtype = right.dtype  # `1 - m` with m float32 is float32 (a Python number adds no dtype)
+    if dtype is None and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and (
+            (left.maybe_half and number(node.right, lookup) is not None)
+            or (right.maybe_half and number(node.left, lookup) is not None)):
+        return Value(maybe_half=True)  # `1.0 - m` keeps m's dtype, whichever it is
     return Value(dtype=dtype) if dtype else UNKNOWN
 
 
@@ -879,6 +896,9 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
                 return function.result  # what every return of a function defined above gives
             if function.returns_bool:
                 return Value(dtype="bool")  # `sequence_mask(lengths)` defined above: `...lt(...)`
+            maybe = function.result_unless_none
+            if isinstance(maybe, Value) and maybe.maybe_half:
+                return Value(maybe_half=True)  # a helper returning torch.bfloat16 or None
         return _applied_to_last_position(call, name, lookup)
     if name not in _KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
         return Value(last_position=True)
@@ -1126,6 +1146,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         if not floated and cast is not None and isinstance(cast, ast.Attribute) and (
                 cast.attr == "dtype") and _data_tensor(cast.value, lookup):
             result = replace(result, cast01=_zero_one_base(base))
+        if cast is not None and isinstance(cast, (ast.Name, ast.IfExp, ast.BoolOp)) and describe(
+                cast, lookup).maybe_half:
+            result = replace(result, maybe_half=True)  # `m.to(dtype=dtype)`, dtype maybe bf16
         return result
     if name == "type_as":
         other = call.args[0] if len(call.args) == 1 else None

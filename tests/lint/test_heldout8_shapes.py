@@ -164,3 +164,84 @@ def test_bf16_times_float32_minimum_overflows() -> None:
     m = torch.tensor([1.0, 0.0]).to(torch.bfloat16)
     assert torch.isinf((1.0 - m) * torch.finfo(torch.float32).min).any()
     assert not torch.isinf((1.0 - m) * torch.finfo(torch.bfloat16).min).any()
+
+
+# The same product where the dtype is chosen at run time (transformers PR #20605's XLA
+# downcast): a helper returning torch.bfloat16 or None, `or` the model's dtype.
+XLA_DOWNCAST = '''import os
+import torch
+
+
+def _downcast_dtype():
+    if os.environ.get("XLA_USE_BF16") == "1":
+        return torch.bfloat16
+    return None
+
+
+def extended_mask(attention_mask, dtype=None):
+    if dtype is None:
+        dtype = _downcast_dtype() or torch.float32
+    extended = attention_mask[:, None, None, :].to(dtype=dtype)
+    return (1.0 - extended) * torch.finfo(torch.float32).min
+'''
+
+
+def test_mask_cast_to_a_maybe_bf16_dtype_times_float32_minimum_is_found(found: Found) -> None:
+    assert found(XLA_DOWNCAST) == [(15, "MC517")]
+
+
+def test_mask_cast_to_a_maybe_bf16_dtype_times_its_own_minimum_is_silent(found: Found) -> None:
+    assert found(XLA_DOWNCAST.replace("torch.finfo(torch.float32)", "torch.finfo(dtype)")) == []
+
+
+def test_mask_cast_to_a_float32_only_dtype_times_float32_minimum_is_silent(found: Found) -> None:
+    assert found(XLA_DOWNCAST.replace("return torch.bfloat16", "return torch.float32")) == []
+
+
+FP16_FLAG = '''import torch
+
+
+def fill(scores, keep, fp16):
+    dtype = torch.float16 if fp16 else torch.float32
+    scores = scores.to(dtype)
+    return scores.masked_fill(keep == 0, torch.finfo(torch.float32).min)
+'''
+
+
+def test_fill_of_a_tensor_cast_to_fp16_on_one_branch_is_found(found: Found) -> None:
+    assert found(FP16_FLAG) == [(7, "MC517")]
+
+
+def test_fill_of_it_with_its_own_minimum_is_silent(found: Found) -> None:
+    assert found(FP16_FLAG.replace("torch.finfo(torch.float32)", "torch.finfo(scores.dtype)")) == []
+
+
+def test_fp16_fill_with_float32_minimum_raises() -> None:
+    scores = torch.zeros(2, dtype=torch.float16)
+    try:
+        scores.masked_fill(torch.tensor([True, False]), torch.finfo(torch.float32).min)
+    except RuntimeError as exc:
+        assert "overflow" in str(exc)
+    else:
+        raise AssertionError("float16 masked_fill with the float32 minimum did not raise")
+
+
+def test_a_files_own_softmax_is_still_a_softmax(found: Found) -> None:
+    # Only SDPA's name is read as the file's own function: a local `softmax` still normalises,
+    # so a 0/1 mask multiplied into its input still leaves weight on the masked positions.
+    source = '''import torch
+
+
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def pool(scores, lengths):
+    keep = (torch.arange(scores.shape[-1])[None, :] < lengths[:, None]).float()
+    return softmax(scores * keep, dim=-1)
+'''
+    assert [code for _, code in found(source)] == ["MC520"]
+    fixed = source.replace("softmax(scores * keep, dim=-1)",
+                           'softmax(scores.masked_fill(keep == 0, float("-inf")), dim=-1)')
+    assert found(fixed) == []
