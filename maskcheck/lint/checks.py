@@ -441,6 +441,30 @@ def _is_clamped(node: ast.AST, parent: ast.AST | None) -> bool:
     return isinstance(parent, ast.Call) and call_name(parent) in _CLAMPS and node in parent.args
 
 
+def _clamps_to_finfo_min(tree: ast.AST) -> bool:
+    """Whether the file clamps a tensor from below at finfo.min: `torch.max(w,
+    torch.tensor(torch.finfo(w.dtype).min))`, `torch.maximum(...)`, `w.clamp(min=finfo.min)`,
+    `w.clamp_min(finfo.min)`. A -inf there (two finfo.min masks summed) becomes finfo.min again."""
+    def at_min(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call) and call_name(node) in {"tensor", "as_tensor"} and node.args:
+            node = node.args[0]
+        return is_finfo_min(node)
+
+    for node in subnodes(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = call_name(node)
+        if name in {"max", "maximum"} and is_module_call(node) and len(node.args) == 2 and any(
+                at_min(a) for a in node.args):
+            return True
+        if name in {"clamp", "clamp_", "clip"} and any(
+                kw.arg == "min" and at_min(kw.value) for kw in node.keywords):
+            return True
+        if name in {"clamp_min", "clamp_min_"} and node.args and at_min(node.args[-1]):
+            return True
+    return False
+
+
 def _as_load(target: ast.expr) -> ast.expr:
     if isinstance(target, ast.Name):
         return ast.Name(target.id, ast.Load())
@@ -530,6 +554,10 @@ class Linter:
         # not the torch API of the same name (TinyTorch's own `scaled_dot_product_attention(Q, K,
         # V, mask)` takes a 1/0 keep mask).
         self._own_functions: set[str] = set()
+        # Whether the file clamps its scores back to finfo.min after adding a mask (early
+        # transformers Llama / InternVL's QLLaMA: `torch.max(w, torch.tensor(finfo.min))`): the
+        # -inf of two summed finfo.min masks is undone before the softmax there (MC513 silent).
+        self._clamps_to_min = False
         self._roles_known = False  # whether any function or class above has `_Role`s
         self._rsub_done: set[int] = set()  # subtractions already reported by MC512 at a call
         # Functions of this file that rebind outer names (`nonlocal a; a = ...`) -> those names.
@@ -641,6 +669,8 @@ class Linter:
         self._local_defs = _defined_names(tree)
         self._own_functions = {node.name for node in getattr(tree, "body", ())
                                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self._clamps_to_min = "finfo" in self.source and (
+            "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(tree)
         self.scopes[0].node = tree
         stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
         push, pop = stack.append, stack.pop
@@ -1458,10 +1488,10 @@ class Linter:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
             if self._is_scores(other) and not self._is_scores(mask_node):
                 self._note_role(mask_node, "add")  # `scores + attention_mask`: a parameter
-            elif self.value(other).finfo_min and not clamped:
+            elif self.value(other).finfo_min and not clamped and not self._clamps_to_min:
                 self._note_role(mask_node, "addmin")  # `mask += padding_at_finfo_min`
         left, right = self.value(node.left), self.value(node.right)
-        if not clamped and right.finfo_min and (left.finfo_min or any(
+        if not clamped and not self._clamps_to_min and right.finfo_min and (left.finfo_min or any(
                 self.value(term).finfo_min for term in _added_terms(node.left))):
             # `scores + causal + padding` (EleutherAI/gpt-neox PR #25): the two masks meet in
             # one chain of additions, whatever comes first

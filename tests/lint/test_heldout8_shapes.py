@@ -245,3 +245,25 @@ def pool(scores, lengths):
     fixed = source.replace("softmax(scores * keep, dim=-1)",
                            'softmax(scores.masked_fill(keep == 0, float("-inf")), dim=-1)')
     assert found(fixed) == []
+
+
+def test_summed_finfo_min_masks_in_a_file_that_clamps_its_scores_are_silent(found: Found) -> None:
+    # InternVL's QLLaMA (a copy of early transformers Llama): the attention clamps its weights
+    # back to finfo.min right after adding the mask, so the -inf of the sum never reaches softmax.
+    clamped = LLAMA_MASKS + '''
+
+def attend(weights, mask):
+    weights = weights + mask
+    weights = torch.max(weights, torch.tensor(torch.finfo(weights.dtype).min))
+    return torch.softmax(weights, dim=-1)
+'''
+    assert found(clamped) == []
+
+
+def test_a_clamp_to_finfo_min_undoes_the_overflow_of_the_sum() -> None:
+    low = torch.finfo(torch.float32).min
+    summed = torch.tensor([[low + low, low, 0.0]])
+    assert torch.isinf(summed).any()
+    weights = torch.max(torch.zeros(1, 3) + summed, torch.tensor(low))
+    assert not torch.isinf(weights).any()
+    assert not torch.isnan(torch.softmax(weights, dim=-1)).any()
