@@ -441,6 +441,19 @@ def _is_clamped(node: ast.AST, parent: ast.AST | None) -> bool:
     return isinstance(parent, ast.Call) and call_name(parent) in _CLAMPS and node in parent.args
 
 
+def _own_function_names(tree: ast.AST) -> set[str]:
+    """The names of the functions the file defines (at any depth) that no import of the file
+    binds: a bare call of one is that function, whatever torch name it shares."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+    for node in subnodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return defined - imported
+
+
 def _clamps_to_finfo_min(tree: ast.AST) -> bool:
     """Whether the file clamps a tensor from below at finfo.min: `torch.max(w,
     torch.tensor(torch.finfo(w.dtype).min))`, `torch.maximum(...)`, `w.clamp(min=finfo.min)`,
@@ -550,9 +563,9 @@ class Linter:
         self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
-        # Names of the module-level functions of this file: a bare call of one is that function,
-        # not the torch API of the same name (TinyTorch's own `scaled_dot_product_attention(Q, K,
-        # V, mask)` takes a 1/0 keep mask).
+        # Names of the functions of this file (no import binds them): a bare call of one is
+        # that function, not the torch API of the same name (TinyTorch's own
+        # `scaled_dot_product_attention(Q, K, V, mask)` takes a 1/0 keep mask).
         self._own_functions: set[str] = set()
         # Whether the file clamps its scores back to finfo.min after adding a mask (early
         # transformers Llama / InternVL's QLLaMA: `torch.max(w, torch.tensor(finfo.min))`): the
@@ -667,8 +680,8 @@ class Linter:
     def run(self, tree: ast.AST) -> list[Hit]:
         self._tree = tree
         self._local_defs = _defined_names(tree)
-        self._own_functions = {node.name for node in getattr(tree, "body", ())
-                               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self._own_functions = _own_function_names(tree) if (
+            "def scaled_dot_product_attention" in self.source) else set()
         self._clamps_to_min = "finfo" in self.source and (
             "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(tree)
         self.scopes[0].node = tree
@@ -1994,9 +2007,9 @@ class Linter:
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
 
     def _own_call(self, call: ast.Call) -> bool:
-        """A bare call of a module-level function of this file (not an alias of a torch API):
-        it is that function, whatever torch name it shares. Used for SDPA, whose mask convention
-        is its own (a file's `softmax` is still a softmax)."""
+        """A bare call of a function of this file that no import binds (not an alias of a
+        torch API): it is that function, whatever torch name it shares. Used for SDPA, whose
+        mask convention is its own (a file's `softmax` is still a softmax)."""
         return isinstance(call.func, ast.Name) and call.func.id in self._own_functions and (
             self.lookup(call.func.id).api is None)
 

@@ -267,3 +267,12 @@ def test_a_clamp_to_finfo_min_undoes_the_overflow_of_the_sum() -> None:
     weights = torch.max(torch.zeros(1, 3) + summed, torch.tensor(low))
     assert not torch.isinf(weights).any()
     assert not torch.isnan(torch.softmax(weights, dim=-1)).any()
+
+
+def test_the_files_own_sdpa_defined_inside_a_function_is_still_its_own(found: Found) -> None:
+    fixed = TINYTORCH.replace('torch.triu(torch.ones(t, t) * float("-inf"), diagonal=1)',
+                              "torch.tril(torch.ones(t, t))")
+    head, body = fixed.split("\n\n\n", 1)
+    nested = head + "\n\n\ndef build():\n" + "".join(
+        "    " + line if line else line for line in body.splitlines(keepends=True))
+    assert found(nested) == []

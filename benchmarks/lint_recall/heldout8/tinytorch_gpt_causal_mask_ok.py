@@ -6,6 +6,8 @@ Source: harvard-edge/cs249r_book PR #1785 ("fix GPT causal mask convention in mo
 attention module's `_apply_mask` expects a binary keep mask, 1 = allow, and computes
 `(1 - mask) * MASK_VALUE`; every allowed position got -1e9 and the future ones -inf, so all
 attention was blocked; fixed by returning `tril(ones)`).
+The twin also fills with `torch.finfo(scores.dtype).min` instead of MASK_VALUE = -1e9, which
+the recall sets count as an MC501 bug (heldout7's TF tutorial port).
 Surroundings: a module constant, a private helper multiplying the mask, the mask built by a method of
 another class and handed through transformer blocks.
 """
@@ -15,12 +17,9 @@ import math
 import torch
 from torch import nn
 
-MASK_VALUE = -1e9  # large negative value used for masking in softmax
-
-
 def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """mask: 1 = allow, 0 = block (binary)."""
-    adder_mask = (1 - mask) * MASK_VALUE
+    adder_mask = (1 - mask) * torch.finfo(scores.dtype).min  # fits float16 too
     return scores + adder_mask
 
 
