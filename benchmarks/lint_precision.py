@@ -1,6 +1,6 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh7|all]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh8|all]
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in a
@@ -249,7 +249,7 @@ def print_table(title: str, findings: list[Finding], verdicts: dict[str, str]) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4",
-                                       "fresh5", "fresh6", "fresh7", "all"], default="dev")
+                                       "fresh5", "fresh6", "fresh7", "fresh8", "all"], default="dev")
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")
