@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import bisect
 import math
-import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
