@@ -120,6 +120,9 @@ class Value:
     # is bool or integer. SDPA and the attention modules take only bool or float masks, so
     # there it is a float 0/1 mask that they add (MC508).
     cast01: bool = False
+    # An argparse Namespace (`parser.parse_args()`): `args.X` holds the default of option X
+    # unless the command line gives another (see `Linter.value`).
+    namespace: bool = False
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -852,6 +855,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         target = describe(call.args[0], lookup)
         if target.api is not None:
             return Value(api=target.api, bound=tuple(call.keywords))
+    if name in {"parse_args", "parse_known_args"} and base_node is not None:
+        return Value(namespace=name == "parse_args")
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
