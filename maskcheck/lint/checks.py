@@ -736,9 +736,10 @@ class Linter:
         assert isinstance(node, ast.For)
         self._push_bind(node, parent, stack)
         if isinstance(node.target, ast.Name):
-            roles = self.value(node.iter).element_roles
-            if roles:  # `for layer in self.layers:` over instances of a class of this file
-                self.bind(node.target.id, Value(param_roles=roles))
+            iterated = self.value(node.iter)
+            roles, module = iterated.element_roles, iterated.element_module
+            if roles or module:  # `for layer in self.layers:` over instances of a local class
+                self.bind(node.target.id, Value(param_roles=roles, module=module))
 
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
@@ -1334,6 +1335,8 @@ class Linter:
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
+        if elements is not None and elements in self._local_defs:
+            facts = replace(facts, element_module=elements)
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 

@@ -107,6 +107,8 @@ class Value:
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
+    # ... and the class of this file every element is an instance of (its calls are keyed by it)
+    element_module: str | None = None
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False

@@ -358,3 +358,40 @@ def test_float_keep_mask_turned_additive_is_silent(found: Found) -> None:
     fixed = KEEP_ADDED.replace("logits + keep[:, None, None, :]",
                                "logits + (1.0 - keep[:, None, None, :]) * -1e4")
     assert found(fixed) == []
+
+
+# A fill value handed down to every layer of an nn.ModuleList in forward.
+LAYER_LOOP_FILL = '''import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qk = nn.Linear(d, 2 * d)
+
+    def forward(self, x, pad, fill):
+        q, k = self.qk(x).chunk(2, -1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(pad[:, None, :], fill)
+        return scores.softmax(-1) @ x
+
+
+class Model(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x, pad):
+        for blk in self.blocks:
+            x = blk(x, pad, -1e9)
+        return x
+'''
+
+
+def test_fill_value_handed_to_each_layer_of_a_module_list_is_found(found: Found) -> None:
+    assert found(LAYER_LOOP_FILL) == [(13, "MC501")]
+
+
+def test_fill_value_that_fits_half_handed_to_each_layer_is_silent(found: Found) -> None:
+    assert found(LAYER_LOOP_FILL.replace("-1e9", "-1e4")) == []
