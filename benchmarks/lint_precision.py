@@ -248,8 +248,8 @@ def print_table(title: str, findings: list[Finding], verdicts: dict[str, str]) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4",
-                                       "fresh5", "fresh6", "fresh7", "all"], default="dev")
+    sets = list(dict.fromkeys(c.set for c in load_corpora()))  # as lint_corpora.toml names them
+    ap.add_argument("--set", choices=[*sets, "all"], default="dev")
     ap.add_argument("--corpus", nargs="*", default=[], help="only these code bases (by name)")
     ap.add_argument("--unread", type=Path, help="write each unread finding with its source here")
     ap.add_argument("--timing", action="store_true", help="also time ruff check --select E,F")

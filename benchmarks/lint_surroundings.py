@@ -42,6 +42,9 @@ back to the line of the original file and compares:
   functional    `F.name(` -> `torch.nn.functional.name(` (the import stays)
   nnf-alias     `import torch.nn.functional as nnf`, every `F.` -> `nnf.`
   fill-keywords `x.masked_fill(m, v)` -> `x.masked_fill(mask=m, value=v)`
+  with-block    ... inside `with contextlib.nullcontext():`
+  if-branch     ... inside `if os.environ.get("USE_MASKS", "1") == "1":`
+  else-branch   ... inside the `else:` of `if os.environ.get("NO_MASKS"): pass`
   combined      preamble + method + rename + crlf
 
 Per code it prints the marked bugs found on the right line / expected in every surroundings,
@@ -468,6 +471,10 @@ TRANSFORMS: dict[str, Transform] = {
     "functional": _regex(r"\bF\.(?=[a-z_]+\()", "torch.nn.functional."),
     "nnf-alias": nnf_alias,
     "fill-keywords": fill_keywords,
+    "with-block": _wrap(["import contextlib", "", "with contextlib.nullcontext():"], 4),
+    "if-branch": _wrap(["import os", "", 'if os.environ.get("USE_MASKS", "1") == "1":'], 4),
+    "else-branch": _wrap(["import os", "", 'if os.environ.get("NO_MASKS"):', "    pass", "else:"],
+                         4),
 }
 TRANSFORMS["combined"] = _chain(TRANSFORMS["preamble"], TRANSFORMS["method"], rename, crlf)
 

@@ -638,7 +638,7 @@ class Linter:
     def _text(self, node: ast.AST) -> str:
         """The node's own source text (cut at 40 characters), for messages and fixes."""
         text = self._segment(node)
-        if text is None:
+        if text is None or "\n" in text:  # a message is one line: unparse spans of several
             return _short(node)
         return text if len(text) <= 40 else text[:37] + "..."
 

@@ -939,6 +939,10 @@ def _describe_factory(
         return Value(dtype=dtype_kw or "bool")  # torch.tensor([True, False]): a bool tensor
     if name == "tensor" and call.args and _holds_finfo_min(call.args[0], lookup):
         return Value(finfo_min=True, additive=True)
+    if name == "tensor" and call.args and _float_literal(call.args[0]):
+        # `torch.tensor([0.0] + [float("-inf")] * (k - 1))`: python floats give the default
+        # dtype, float32 (OpenNMT-py's beam-search log-probs)
+        return Value(dtype=dtype_kw or "fp32")
     if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
                 "FloatTensor"} and call.args:
         # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
@@ -1058,6 +1062,40 @@ def _bool_literal(node: ast.AST) -> bool:
     if isinstance(node, (ast.List, ast.Tuple)):
         return bool(node.elts) and all(_bool_literal(e) for e in node.elts)
     return isinstance(node, ast.Constant) and type(node.value) is bool
+
+
+def _float_literal(node: ast.AST) -> bool:
+    """A (nested) list of number literals, at least one of them a float, joined by `+` and
+    repeated by `* n` as lists are: torch.tensor makes it float32 (torch's default dtype)."""
+    kinds: set[str] = set()
+
+    def walk(n: ast.AST) -> bool:
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+            return walk(n.left) and walk(n.right)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
+            return isinstance(n.left, (ast.List, ast.Tuple)) and walk(n.left)
+        if isinstance(n, (ast.List, ast.Tuple)):
+            return bool(n.elts) and all(_literal_number(e, kinds) for e in n.elts)
+        return False
+
+    return walk(node) and "float" in kinds
+
+
+def _literal_number(node: ast.AST, kinds: set[str]) -> bool:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_literal_number(e, kinds) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        kinds.add(type(node.value).__name__)
+        return True
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
+            and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, (str, int, float))):
+        kinds.add("float")
+        return True
+    return False
 
 
 def _literal_values(node: ast.AST) -> list[ast.AST]:

@@ -180,3 +180,23 @@ def test_jobs_is_bounded_by_the_usable_cpus(
     reports = runner.lint_files(files, jobs=1000)
     assert [r.path for r in reports] == [p for p, _ in files]
     assert all([f.code for f in r.findings] == ["MC503"] for r in reports)
+
+
+def test_message_of_a_mask_spanning_lines_is_one_line(tmp_path: Path) -> None:
+    # The message quotes the mask; a parenthesised mask over three lines is quoted unparsed.
+    path = tmp_path / "a.py"
+    path.write_text(
+        "import torch.nn.functional as F\n\n\n"
+        "def attend(q, k, v, ids):\n"
+        "    keep = ids != 0\n"
+        "    return F.scaled_dot_product_attention(\n"
+        "        q, k, v,\n"
+        "        attn_mask=(\n"
+        "            ~keep\n"
+        "        )[:, None, None, :],\n"
+        "    )\n")
+    report = lint_file(str(path), frozenset({"MC511"}))
+    assert [(f.line, f.code) for f in report.findings] == [(8, "MC511")]
+    message = report.findings[0].message
+    assert "\n" not in message
+    assert message.startswith("(~keep)[:, None, None, :] is True at padding")
