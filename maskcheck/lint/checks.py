@@ -574,6 +574,9 @@ class Linter:
         # First walk: function key -> its parameters that have a `_Role` (checked at the calls,
         # so not given their calls' facts: one bug, one finding, where the call passes it).
         self.role_params: dict[tuple[str, str], set[str]] = {}
+        # First walk: function key -> its parameters' values on entry (annotations, the
+        # tokenizer pair): a call's facts that add nothing to them need no second walk.
+        self.entry_values: dict[tuple[str, str], dict[str, Value]] = {}
         # argparse options of this file -> the facts of their default (None: defined twice)
         self.option_defaults: dict[str, Value | None] = {}
         self._class_triu = False  # some class holds a bool triu on self (see `_triu`)
@@ -897,6 +900,7 @@ class Linter:
         owner = self.scope.name if self.scope.kind == "class" else ""
         key = scope.key = (owner, node.name)
         if self.record_calls:
+            self.entry_values[key] = dict(scope.values)
             positional = [a.arg for a in [*args.posonlyargs, *args.args]]
             if scope.method:
                 positional = positional[1:]
@@ -969,15 +973,7 @@ class Linter:
              for kw in call.keywords if kw.arg is not None}, spread))
 
     def _seed_facts(self, node: ast.AST) -> Value:
-        facts = self.value(node)
-        if not facts:
-            return facts
-        kept = {name: fact for name, fact in facts.__dict__.items() if name in _SEED_FACTS}
-        if facts.dtype not in {"bool", "int"}:
-            kept.pop("dtype", None)  # a data tensor's float dtype: MC501's own second walk
-        if facts.number is not None and not (facts.number < -FP16_MAX or facts.number in {0, 1}):
-            kept.pop("number", None)
-        return Value(**kept)
+        return _seedable(self.value(node))
 
     def _passed_parameter(self, node: ast.AST) -> tuple[str, str, str, str] | None:
         """(caller key, name, "") when `node` is the calling function's own parameter,
@@ -1038,7 +1034,7 @@ class Linter:
                 elif param in call.keywords:
                     facts, origin = call.keywords[param]
                 elif param in sig.defaults:
-                    facts, origin = describe(sig.defaults[param], module_lookup), None
+                    facts, origin = _seedable(describe(sig.defaults[param], module_lookup)), None
                 else:
                     facts, origin = UNKNOWN, None
                 if origin is not None:
@@ -1054,6 +1050,9 @@ class Linter:
             memo[ref] = result = joined or UNKNOWN
             return result
 
+        # Flags and cached keys are read only by is_causal (MC506/MC510): not worth a second
+        # walk of a file without SDPA.
+        causal_read = "is_causal" in self.source or "scaled_dot_product_attention" in self.source
         seeds: dict[tuple[str, str], dict[str, Value]] = {}
         for key in calls:
             signature = self.defs.get(key)
@@ -1064,7 +1063,15 @@ class Linter:
                 if param in with_roles:
                     continue
                 facts = seed(key, param)
-                if facts:
+                if facts.flag is not None and (key[1] != "__init__" or not causal_read):
+                    # a flag is read through `self.causal = causal`; a function's own flag that
+                    # reaches is_causal is a role, checked at its calls
+                    facts = replace(facts, flag=None)
+                if facts.cached and not causal_read:
+                    facts = replace(facts, cached=False)
+                held = self.entry_values.get(key, {}).get(param, UNKNOWN)
+                if facts and any(getattr(held, name) != fact
+                                 for name, fact in facts.__dict__.items()):
                     seeds.setdefault(key, {})[param] = facts
         return seeds
 
@@ -3154,6 +3161,20 @@ _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
     "wide_finfo", "dtype", "namespace"})
+def _seedable(facts: Value) -> Value:
+    """What of a value a parameter may take from its calls (see `_SEED_FACTS`)."""
+    if not facts:
+        return facts
+    kept = {name: fact for name, fact in facts.__dict__.items() if name in _SEED_FACTS}
+    if facts.dtype not in {"bool", "int"}:
+        kept.pop("dtype", None)  # a data tensor's float dtype: MC501's own second walk
+    if facts.number is not None and not facts.number < -FP16_MAX:
+        kept.pop("number", None)  # only a masking value is read from a number
+    if facts.flag is not True:
+        kept.pop("flag", None)  # only `is_causal`-style flags that are on are read
+    return Value(**kept)
+
+
 # Mask roles and the role of the same parameter read inverted (`~m`, `m == 0`): True = keep
 # (SDPA's bool attn_mask, `masked_fill(m == 0, ...)`) against True = masked (a fill condition,
 # the key_padding_mask of torch's attention modules).
