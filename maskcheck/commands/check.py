@@ -51,7 +51,8 @@ def build_report(paths: list[Path], opts: CheckOptions) -> tuple[Report, Severit
     files += [reports[path] for path, _ in items]
     for p in inputs.masks:
         walked = p in inputs.walked
-        if walked and (is_torchscript(p) or (p.suffix == ".npy" and not names_a_mask(p.stem))):
+        if walked and (is_torchscript(p) or is_script(p) or (
+                p.suffix == ".npy" and not names_a_mask(p.stem))):
             continue
         report = _analyze_mask(p, api, selection, config)
         if walked and (report.error or "").startswith(REFUSED_PICKLE):
@@ -81,6 +82,16 @@ def names_a_mask(name: str) -> bool:
 # refuses to build. Neither can hold a mask maskcheck could read, so a directory walk skips
 # them (nothing is executed either way); named on the command line they are still errors.
 REFUSED_PICKLE = "refused by torch.load(weights_only=True)"
+
+
+def is_script(path: Path) -> bool:
+    """A text script that only borrows the suffix (deepspeed 0.9's launcher `bin/deepspeed.pt`
+    starts with `#!/usr/bin/env python3`); a torch.save file starts with a zip or pickle header."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 def is_torchscript(path: Path) -> bool:

@@ -314,3 +314,21 @@ MASK_MULTIPLIED_INTO_LOGITS = register(RuleInfo(
     "fill the masked logits (`masked_fill(m == 0, float('-inf'))`) before softmax, or multiply "
     "the probabilities after it and renormalise",
 ))
+RESULT_DISCARDED = register(RuleInfo(
+    "MC525", "fill-result-discarded", E, "source",
+    "`x.masked_fill(m, v)` (or triu, tril, torch.where) as a statement: the result is thrown "
+    "away.",
+    "masked_fill, index_fill, masked_scatter, triu, tril, torch.where and logical_not return a "
+    "new tensor and leave their input unchanged; only the underscore forms (`masked_fill_`, "
+    "`triu_`) work in place. Called as a statement, the masked copy is discarded: the scores "
+    "are never masked and the model attends to the padding or the future, with no error. "
+    "Casts (`.float()`, `.to(...)`) are not reported: on an nn.Module they work in place.",
+    "scores = q @ k.transpose(-2, -1)\n"
+    "scores.masked_fill(pad[:, None, None, :], float('-inf'))\n"
+    "weights = scores.softmax(-1)",
+    "scores = q @ k.transpose(-2, -1)\n"
+    "scores = scores.masked_fill(pad[:, None, None, :], float('-inf'))\n"
+    "weights = scores.softmax(-1)",
+    "assign the result (`x = x.masked_fill(m, v)`), or use the in-place form on a tensor that "
+    "does not require grad",
+))

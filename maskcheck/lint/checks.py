@@ -114,6 +114,11 @@ _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", 
 _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 
 
+# Out-of-place torch functions and methods whose whole effect is their result (MC525).
+_DISCARDED_FILLS = frozenset({"masked_fill", "triu", "tril", "where", "masked_scatter",
+                              "index_fill", "logical_not", "bitwise_not"})
+_FILLS_A_MASK = frozenset({"masked_fill", "where", "masked_scatter", "index_fill"})
+
 class Edit(NamedTuple):
     """Replace the text between two (line, UTF-8 byte column) positions; lines are 1-based."""
 
@@ -1323,12 +1328,41 @@ class Linter:
             if module.mha:
                 self._mha_call(call, module.module)
         self._inverted_kwargs(call)
+        if type(parent) is ast.Expr and "MC525" in self.enabled:
+            self._discarded_result(call, name)
         if self.scope.bool_triu or self._class_triu:
             self._bool_triu_use(call)
         self._zero_mask_call(call, name)
         self._note_mutations(call, name)
         if name == "masked_fill_":
             self._inplace_fill(call)
+
+    def _discarded_result(self, call: ast.Call, name: str) -> None:
+        """`scores.masked_fill(pad, -inf)` as a statement: the filled copy is thrown away.
+        Not casts: `model.float()` and `.to()` work in place on a module, and a dropped cast
+        of a tensor is often harmless (type promotion) or only a device move."""
+        if name not in _DISCARDED_FILLS or any(kw.arg in {"out", "inplace"}
+                                               for kw in call.keywords):
+            return
+        base = receiver(call)
+        if is_module_call(call):
+            if base is None or (module_dotted(base) or "").split(".")[0] != "torch":
+                return  # numpy's triu, a bare imported name: not known to be torch's
+            if name == "where" and len(call.args) != 3:
+                return  # one-argument torch.where(c) is nonzero()
+            # torch.where's first argument is the condition, not the tensor to keep
+            shown = f"torch.{name}()"
+            held = call.args[0] if call.args and name != "where" else None
+            fixed = f"torch.{name}({{}}, ...)"
+        else:
+            if name == "where":
+                return  # pandas' DataFrame.where, not a tensor's
+            shown, held, fixed = f".{name}()", base, f"{{}}.{name}(...)"
+        what = "the mask is never applied" if name in _FILLS_A_MASK else "nothing changes"
+        target = self._text(held) if isinstance(held, (ast.Name, ast.Attribute)) else None
+        how = f" (`{target} = {fixed.format(target)}`)" if target else ""
+        self.report("MC525", call, f"{shown} returns a new tensor and this statement throws it "
+                    f"away: {what}; assign the result{how}")
 
     def _assign(self, node: ast.Assign) -> None:
         facts = self.value(node.value)

@@ -276,6 +276,18 @@ def test_a_torchscript_file_in_a_tree_is_skipped_not_an_error(tree: Path) -> Non
     assert named.returncode == 2 and "model.pt: error:" in named.stdout
 
 
+def test_a_script_named_pt_in_a_tree_is_skipped_not_an_error(tree: Path) -> None:
+    # deepspeed 0.9.5 ships its launcher as bin/deepspeed.pt, a Python script
+    (tree / "bin").mkdir()
+    (tree / "bin" / "deepspeed.pt").write_text(
+        "#!/usr/bin/env python3\n\nfrom deepspeed.launcher.runner import main\n")
+    r = cli("--fail-on", "warning", ".", cwd=tree)
+    assert r.returncode == 1, r.stdout  # good.py's warning; nothing unreadable
+    assert "deepspeed.pt" not in r.stdout
+    named = cli("bin/deepspeed.pt", cwd=tree)  # asked for by name, it is still an error
+    assert named.returncode == 2 and "deepspeed.pt: error:" in named.stdout
+
+
 def test_a_walk_checks_only_arrays_named_as_masks(tree: Path) -> None:
     np = pytest.importorskip("numpy")
     rng = np.random.default_rng(0)
