@@ -118,6 +118,7 @@ _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 _DISCARDED_FILLS = frozenset({"masked_fill", "triu", "tril", "where", "masked_scatter",
                               "index_fill", "logical_not", "bitwise_not"})
 _FILLS_A_MASK = frozenset({"masked_fill", "where", "masked_scatter", "index_fill"})
+_CELL_MARKER = re.compile(r"^# ?(?:%%|In\[)", re.MULTILINE)
 
 class Edit(NamedTuple):
     """Replace the text between two (line, UTF-8 byte column) positions; lines are 1-based."""
@@ -533,6 +534,10 @@ class Linter:
         self.scopes: list[_Scope] = [_Scope("module")]
         self._lines: list[str] | None = None
         self.test_module = _is_test_path(path)
+        # A notebook (or a `# %%` cell file) shows a cell's last expression: a top-level
+        # `torch.triu(m)` there is a display, not a dropped result (MC525).
+        self.displays = _CELL_MARKER.search(source) is not None
+        self._shown: set[int] | None = None
         self.fp32_only = self.test_module and _HALF_WORDS.search(source) is None
         # If/else joins (see `_enter_if`): the body's last assignment of a name -> the name,
         # and the value it left.
@@ -1328,7 +1333,8 @@ class Linter:
             if module.mha:
                 self._mha_call(call, module.module)
         self._inverted_kwargs(call)
-        if type(parent) is ast.Expr and "MC525" in self.enabled:
+        if type(parent) is ast.Expr and "MC525" in self.enabled and not (
+                self.displays and self._at_top_level(parent)):
             self._discarded_result(call, name)
         if self.scope.bool_triu or self._class_triu:
             self._bool_triu_use(call)
@@ -1336,6 +1342,19 @@ class Linter:
         self._note_mutations(call, name)
         if name == "masked_fill_":
             self._inplace_fill(call)
+
+    def _at_top_level(self, statement: ast.stmt) -> bool:
+        """The last top-level statement of a cell (cells split at `# %%` / `# In[` lines; a
+        notebook's cells are joined with such a line between them)."""
+        if self._shown is None:
+            body = getattr(self._tree, "body", None)
+            starts = [self.source.count("\n", 0, m.start()) + 1
+                      for m in _CELL_MARKER.finditer(self.source)]
+            last: dict[int, ast.stmt] = {}
+            for stmt in body if isinstance(body, list) else []:
+                last[bisect.bisect_right(starts, stmt.lineno)] = stmt
+            self._shown = {id(stmt) for stmt in last.values()}
+        return id(statement) in self._shown
 
     def _discarded_result(self, call: ast.Call, name: str) -> None:
         """`scores.masked_fill(pad, -inf)` as a statement: the filled copy is thrown away.

@@ -127,6 +127,10 @@ def notebook_source(data: bytes) -> NotebookSource | None:
             raise ValueError(f"not a valid notebook: cell {number} is not an object")
         if cell.get("cell_type") != "code":
             continue
+        # A cell marker between cells: the linter reads a cell's last expression as shown
+        # (MC525), as in a `# %%` file. Never a finding's line.
+        lines.append("# %%")
+        where.append((number, 0))
         for in_cell, line in enumerate(python_lines(_cell_text(cell, number)), start=1):
             lines.append(line)
             where.append((number, in_cell))

@@ -94,3 +94,32 @@ def test_masked_fill_really_leaves_its_input_unchanged() -> None:
     bias = torch.full((3, 3), float("-inf"))
     torch.triu(bias, diagonal=1)
     assert torch.isinf(bias).all()
+
+
+def _notebook(*cells: str) -> str:
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                  "execution_count": None, "source": c} for c in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_notebook_cell_that_shows_a_result_is_silent(found: Found) -> None:
+    # The last expression of a cell is displayed: a tutorial's `torch.triu(m, diagonal=1)`.
+    source = _notebook("import torch\nm = torch.ones(4, 4)\ntorch.triu(m, diagonal=1)",
+                       "scores = torch.randn(4, 4)\nscores.masked_fill(m == 0, float('-inf'))")
+    assert found(source, "demo.ipynb") == []
+
+
+def test_a_dropped_fill_inside_a_notebook_function_is_reported(found: Found) -> None:
+    source = _notebook("import torch\n",
+                       "def attend(scores, keep):\n"
+                       "    scores.masked_fill(~keep, float('-inf'))\n"
+                       "    return scores.softmax(-1)\n")
+    assert [code for _, code in found(source, "demo.ipynb")] == ["MC525"]
+
+
+def test_a_percent_cell_file_shows_its_top_level_expressions(found: Found) -> None:
+    source = "# %%\nimport torch\n\n# %%\nm = torch.ones(4, 4)\ntorch.triu(m, diagonal=1)\n"
+    assert found(source) == []
+    assert found(source.replace("# %%\n", "")) == [(4, "MC525")]

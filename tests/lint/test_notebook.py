@@ -129,8 +129,9 @@ def test_malformed_notebooks_are_one_line(tmp_path: Path, data: bytes, problem: 
 
 def test_bom_and_string_sources_are_accepted() -> None:
     nb = notebook_source(b"\xef\xbb\xbf" + notebook(code("a = 1\nb = 2")))
-    assert nb is not None and nb.source == "a = 1\nb = 2\n"
-    assert nb.where == [(1, 1), (1, 2)]
+    # each code cell opens with a `# %%` marker line (line 0 of its cell)
+    assert nb is not None and nb.source == "# %%\na = 1\nb = 2\n"
+    assert nb.where == [(1, 0), (1, 1), (1, 2)]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
