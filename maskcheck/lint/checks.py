@@ -154,6 +154,8 @@ class _Scope:
     fp16_guard: bool = False
     autocast: str | None = None  # the dtype of an enclosing `with torch.autocast(...)` block
     kernel: bool = False  # inside a Triton/CuTe/... kernel: not torch code, no rule applies
+    # function scopes: (class name or "", function name), as calls of it are keyed (`_Callee`)
+    key: tuple[str, str] | None = None
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
     # function scopes: parameters whose default is a masking value (`fill=-1e10`)
     masking_defaults: dict[str, float] = field(default_factory=dict)
@@ -218,6 +220,25 @@ class _Param(NamedTuple):
     owner: str
     position: int
     name: str
+
+
+class _Signature(NamedTuple):
+    """A function's parameters as its callers fill them: positional ones after self (or cls),
+    keyword-only ones, and the defaults (parameter -> expression)."""
+
+    positional: tuple[str, ...]
+    keyword_only: tuple[str, ...]
+    defaults: dict[str, ast.expr]
+    open_ended: bool  # takes *args or **kwargs
+
+
+class _Passed(NamedTuple):
+    """One call of a function of this file: each argument's facts and, where the caller passes
+    its own untouched parameter on, that parameter (caller key, name)."""
+
+    args: tuple[tuple[Value, tuple[str, str, str, str] | None], ...]
+    keywords: dict[str, tuple[Value, tuple[str, str, str, str] | None]]
+    spread: bool  # `*args` / `**kw`: what it passes is not known
 
 
 class _Exit(NamedTuple):
@@ -597,6 +618,26 @@ class Linter:
         self._parent_of: dict[int, ast.AST] | None = None
         # Built on the first question about scores by use (see `_softmax_inputs_by_scope`).
         self._softmax_inputs: dict[int, frozenset[str]] | None = None
+        # Call-site facts (see `_seeded_parameters`): in the first walk, every function and
+        # class of this file by key -> how many definitions and their parameters, and every
+        # call of one -> the facts of what it passes; in the second, the facts each parameter
+        # holds at every call, set when its function is entered.
+        self.record_calls = False
+        self.defs: dict[tuple[str, str], list[_Signature]] = {}
+        self.calls: dict[tuple[str, str], list[_Passed]] = {}
+        self.seeds: dict[tuple[str, str], dict[str, Value]] = {}
+        # First walk: function key -> its parameters that have a `_Role` (checked at the calls,
+        # so not given their calls' facts: one bug, one finding, where the call passes it).
+        self.role_params: dict[tuple[str, str], set[str]] = {}
+        # First walk: function key -> its parameters' values on entry (annotations, the
+        # tokenizer pair): a call's facts that add nothing to them need no second walk.
+        self.entry_values: dict[tuple[str, str], dict[str, Value]] = {}
+        # argparse options of this file -> the facts of their default (None: defined twice)
+        self.option_defaults: dict[str, Value | None] = {}
+        self._class_triu = False  # some class holds a bool triu on self (see `_triu`)
+        # Class node -> the methods its forward / __call__ / training_step reach through
+        # `self.name(...)` calls (see `_on_grad_path`).
+        self._grad_methods: dict[int, frozenset[str]] = {}
 
     @property
     def scope(self) -> _Scope:
@@ -633,6 +674,10 @@ class Linter:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "self":
                 return self.lookup("self." + node.attr)
+            if self.option_defaults and self.lookup(node.value.id).namespace:
+                # `args.mask_value` of `add_argument("--mask-value", default=-1e9)`: what runs
+                # unless the command line says otherwise
+                return self.option_defaults.get(node.attr) or UNKNOWN
             fields = self.scope.fields.get(node.value.id)
             if fields is not None and node.attr in fields and (
                     node.value.id not in self.scope.assigned):
@@ -753,9 +798,10 @@ class Linter:
         assert isinstance(node, ast.For)
         self._push_bind(node, parent, stack)
         if isinstance(node.target, ast.Name):
-            roles = self.value(node.iter).element_roles
-            if roles:  # `for layer in self.layers:` over instances of a class of this file
-                self.bind(node.target.id, Value(param_roles=roles))
+            iterated = self.value(node.iter)
+            roles, module = iterated.element_roles, iterated.element_module
+            if roles or module:  # `for layer in self.layers:` over instances of a local class
+                self.bind(node.target.id, Value(param_roles=roles, module=module))
 
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
@@ -895,6 +941,8 @@ class Linter:
             v = number(default) if default is not None else None
             if v is not None and math.isfinite(v) and v < -FP16_MAX:
                 scope.masking_defaults[arg.arg] = v
+        if not isinstance(node, ast.Lambda):
+            self._enter_signature(node, scope, args, defaults)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
         if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
                 scope.values.get("attention_mask") in (UNKNOWN, TENSOR)):
@@ -902,6 +950,189 @@ class Linter:
             scope.values["attention_mask"] = Value(hf_keep=True)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
+
+    def _enter_signature(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
+                         args: ast.arguments, defaults: list[tuple[ast.arg, ast.expr | None]]
+                         ) -> None:
+        """Key the function as its calls are keyed; in the first walk, note its parameters; in
+        the second, give each parameter the facts every call of this file passes for it."""
+        owner = self.scope.name if self.scope.kind == "class" else ""
+        key = scope.key = (owner, node.name)
+        if self.record_calls:
+            self.entry_values[key] = dict(scope.values)
+            positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+            if scope.method:
+                positional = positional[1:]
+            self.defs.setdefault(key, []).append(_Signature(
+                tuple(positional), tuple(a.arg for a in args.kwonlyargs),
+                {a.arg: d for a, d in defaults if d is not None},
+                args.vararg is not None or args.kwarg is not None))
+            return
+        seeds = self.seeds.get(key)
+        if seeds:
+            for param, seed in seeds.items():
+                if seed.dtype is not None and _dtype_tested(node, param):
+                    continue  # `if m.dtype == torch.bool: ...`: the function takes either kind
+                held = scope.values.get(param)
+                if held == UNKNOWN:
+                    scope.values[param] = seed
+                elif held == TENSOR:
+                    scope.values[param] = replace(seed, tensor=True)
+
+    def _note_option(self, call: ast.Call) -> None:
+        """`parser.add_argument("--mask-value", type=float, default=-1e9)`: the default's facts
+        under the option's attribute name (`mask_value`, or `dest=`)."""
+        dest = kwarg(call, "dest")
+        if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
+            attr: str | None = dest.value
+        else:
+            flags = [a.value for a in call.args
+                     if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            long = [f for f in flags if f.startswith("--")]
+            attr = (long[0][2:] if long else flags[0].lstrip("-") if flags else None)
+            attr = attr.replace("-", "_") if attr else None
+        default = kwarg(call, "default")
+        if attr is None or default is None:
+            return
+        facts = self._seed_facts(default)
+        self.option_defaults[attr] = facts if attr not in self.option_defaults else None
+
+    def _record_passed(self, call: ast.Call) -> None:
+        """In the first walk: what a call of a function, method, class or instance of a class
+        of this file passes (see `_seeded_parameters`)."""
+        func = call.func
+        key: tuple[str, str] | None = None
+        if isinstance(func, ast.Name):
+            if func.id == "self":
+                cls = self._class_scope()
+                key = None if cls is None else (cls.name, "forward")
+            else:
+                module = self.lookup(func.id).module
+                if module in self._local_defs:
+                    key = (module or "", "forward")  # `model(...)` of `model = Model()`
+                elif func.id in self._local_defs:
+                    key = ("", func.id)  # a function, or a class (its __init__)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id == "self":
+                module = self.lookup("self." + func.attr).module
+                cls = self._class_scope()
+                if module in self._local_defs:
+                    key = (module or "", "forward")  # `self.block(...)`
+                elif cls is not None and func.attr in self._local_defs:
+                    key = (cls.name, func.attr)
+            elif func.value.id in self._local_defs and func.attr in self._local_defs:
+                key = (func.value.id, func.attr)  # `Builders.causal(n)`
+        if key is None:
+            return
+        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            kw.arg is None for kw in call.keywords)
+        self.calls.setdefault(key, []).append(_Passed(
+            tuple((self._seed_facts(a), self._passed_parameter(a)) for a in call.args),
+            {kw.arg: (self._seed_facts(kw.value), self._passed_parameter(kw.value))
+             for kw in call.keywords if kw.arg is not None}, spread))
+
+    def _seed_facts(self, node: ast.AST) -> Value:
+        return _seedable(self.value(node))
+
+    def _passed_parameter(self, node: ast.AST) -> tuple[str, str, str, str] | None:
+        """(caller key, name, "") when `node` is the calling function's own parameter,
+        untouched; (caller key, name, attribute) for an attribute of it (`args.mask_value`)."""
+        scope = self.scope
+        attr = ""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            attr, node = node.attr, node.value
+        if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.key
+                and node.id not in scope.assigned):
+            return None
+        signature = self.defs.get(scope.key)
+        if not signature:
+            return None
+        last = signature[-1]
+        if node.id in last.positional or node.id in last.keyword_only:
+            return (scope.key[0], scope.key[1], node.id, attr)
+        return None
+
+    def _seeded_parameters(self) -> dict[tuple[str, str], dict[str, Value]]:
+        """After the first walk: each parameter's facts where every call of this file passes
+        facts that agree (a function defined once, never called with `*`/`**`). A caller's own
+        parameter passed on holds what the caller's calls give it (a mask built in one module,
+        handed down through two forwards). A call that leaves a parameter out gives its
+        default."""
+        calls: dict[tuple[str, str], list[_Passed]] = {}
+        for (owner, name), passed in self.calls.items():
+            key = (owner, name)
+            if key not in self.defs and not owner and (name, "__init__") in self.defs:
+                key = (name, "__init__")  # `Block(d, mask_value)`: its __init__
+            calls.setdefault(key, []).extend(passed)
+        module_values = self.scopes[0].values
+
+        def module_lookup(name: str) -> Value:
+            return module_values.get(name, UNKNOWN)
+
+        memo: dict[tuple[str, str, str], Value] = {}
+        visiting: set[tuple[str, str, str]] = set()
+
+        def seed(key: tuple[str, str], param: str) -> Value:
+            ref = (key[0], key[1], param)
+            if ref in memo:
+                return memo[ref]
+            if ref in visiting:
+                return UNKNOWN
+            signature = self.defs.get(key)
+            passed = calls.get(key)
+            if not signature or len(signature) != 1 or not passed or any(
+                    c.spread for c in passed):
+                return UNKNOWN
+            sig = signature[0]
+            visiting.add(ref)
+            joined: Value | None = None
+            for call in passed:
+                index = sig.positional.index(param) if param in sig.positional else -1
+                if 0 <= index < len(call.args):
+                    facts, origin = call.args[index]
+                elif param in call.keywords:
+                    facts, origin = call.keywords[param]
+                elif param in sig.defaults:
+                    facts, origin = _seedable(describe(sig.defaults[param], module_lookup)), None
+                else:
+                    facts, origin = UNKNOWN, None
+                if origin is not None:
+                    inherited = seed((origin[0], origin[1]), origin[2])
+                    if origin[3]:  # an attribute of the caller's parameter
+                        inherited = (self.option_defaults.get(origin[3]) or UNKNOWN) if (
+                            inherited.namespace) else UNKNOWN
+                    facts = inherited or facts
+                joined = facts if joined is None else _join(joined, facts)
+                if not joined:
+                    break
+            visiting.discard(ref)
+            memo[ref] = result = joined or UNKNOWN
+            return result
+
+        # Flags and cached keys are read only by is_causal (MC506/MC510): not worth a second
+        # walk of a file without SDPA.
+        causal_read = "is_causal" in self.source or "scaled_dot_product_attention" in self.source
+        seeds: dict[tuple[str, str], dict[str, Value]] = {}
+        for key in calls:
+            signature = self.defs.get(key)
+            if not signature or len(signature) != 1:
+                continue
+            with_roles = self.role_params.get(key, set())
+            for param in (*signature[0].positional, *signature[0].keyword_only):
+                if param in with_roles:
+                    continue
+                facts = seed(key, param)
+                if facts.flag is not None and (key[1] != "__init__" or not causal_read):
+                    # a flag is read through `self.causal = causal`; a function's own flag that
+                    # reaches is_causal is a role, checked at its calls
+                    facts = replace(facts, flag=None)
+                if facts.cached and not causal_read:
+                    facts = replace(facts, cached=False)
+                held = self.entry_values.get(key, {}).get(param, UNKNOWN)
+                if facts and any(getattr(held, name) != fact
+                                 for name, fact in facts.__dict__.items()):
+                    seeds.setdefault(key, {})[param] = facts
+        return seeds
 
     def _exit(self, marker: _Exit) -> None:
         if marker.what == "bind":
@@ -954,6 +1185,8 @@ class Linter:
             # a closure that rebinds its caller's names: calling it changes them
             self._rebinds[done.name] = frozenset(done.outer_names)
         roles = tuple(done.param_roles.values())
+        if self.record_calls and done.key is not None and roles:
+            self.role_params.setdefault(done.key, set()).update(r.param for r in roles)
         result = _result_of(done)
         if result is None:
             facts = UNKNOWN
@@ -970,8 +1203,14 @@ class Linter:
                 self.bind(done.name, replace(facts, returns_bool=returns_bool,
                                              param_roles=roles))
                 self._roles_known = self._roles_known or bool(roles)
-        elif roles and self.scope.kind == "class":  # forward / __call__: calls of an instance
-            self._class_roles[self.scope.name] = roles
+        elif roles and self.scope.kind == "class" and done.name in {"forward", "__call__"}:
+            self._class_roles[self.scope.name] = roles  # calls of an instance
+            self._roles_known = True
+        if roles and done.in_class and done.method and self.scope.kind == "class":
+            # a method called as `self.name(...)` in the methods below: its calls are checked
+            # against what it does with its parameters (which start after self)
+            self.scope.values["self." + done.name] = replace(
+                self.scope.values.get("self." + done.name, UNKNOWN), param_roles=roles)
             self._roles_known = True
         if facts and done.in_class and self.scope.kind == "class":
             # `self.name(...)` in the methods below gives what every return of it gives
@@ -1088,6 +1327,8 @@ class Linter:
     def _call(self, call: ast.Call, parent: ast.AST | None) -> None:
         if self.calls_to is not None:
             self._record_call(call)
+        if self.record_calls:
+            self._record_passed(call)
         name = call_name(call, self.lookup)
         if name is None:
             return
@@ -1115,6 +1356,8 @@ class Linter:
                 receiver(call) if not is_module_call(call) and not call.args else None)
             if operand is not None:
                 self._invert(ast.copy_location(ast.UnaryOp(ast.Invert(), operand), call), call)
+        elif name == "add_argument" and self.record_calls:
+            self._note_option(call)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
             held = call.func.value.id
@@ -1144,7 +1387,7 @@ class Linter:
         if type(parent) is ast.Expr and "MC525" in self.enabled and not (
                 self.displays and self._at_top_level(parent)):
             self._discarded_result(call, name)
-        if self.scope.bool_triu:
+        if self.scope.bool_triu or self._class_triu:
             self._bool_triu_use(call)
         self._zero_mask_call(call, name)
         self._note_mutations(call, name)
@@ -1203,6 +1446,8 @@ class Linter:
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
+        if elements is not None and elements in self._local_defs:
+            facts = replace(facts, element_module=elements)
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -1262,6 +1507,8 @@ class Linter:
             return
         if isinstance(value, ast.Call) and call_name(value, self.lookup) in _ZEROS_FUNCS:
             scope.zero_masks[name] = True
+        if isinstance(value, ast.Subscript) and not facts.cached and self._cache_read_to(value):
+            facts = replace(facts, cached=True)
         if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         if (facts.hf_keep and facts.dtype is None and isinstance(value, ast.Subscript)
@@ -1294,6 +1541,21 @@ class Linter:
             product = self._product_of(product_node)
             if product is not None:
                 scope.zeroed[name] = product  # `a = a * keep`: MC520 if `a` goes into softmax next
+
+    def _cache_read_to(self, node: ast.Subscript) -> bool:
+        """`self.k_cache[:b, :, :end]` with `end = int(cache_position[-1]) + 1` bound in this
+        function: a cache read up to an end computed as a sum, as `[:, :start_pos + seqlen]`
+        is (`values._cache_prefix`): the cached keys and the new ones, L != S."""
+        if "cache" not in (dotted(node.value) or "").lower() or self.scope.kind != "function":
+            return False
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for part in parts:
+            if isinstance(part, ast.Slice) and part.lower is None and isinstance(
+                    part.upper, ast.Name):
+                bound = self.scope.derived.get(part.upper.id)
+                if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add):
+                    return True
+        return False
 
     def _forget(self, name: str, scope: _Scope | None = None) -> None:
         scope = scope or self.scope
@@ -1349,6 +1611,24 @@ class Linter:
                 cls.values["self." + attr] = value
             else:
                 cls.values.pop("self." + attr, None)
+
+    def _on_grad_path(self) -> bool:
+        """In forward (see `_in_forward`), or in a method of the class that forward, __call__ or
+        training_step calls as `self.name(...)`, directly or through other such methods (a
+        loss helper of a LightningModule): it runs with grad whenever they do."""
+        if self._in_forward():
+            return True
+        cls = method = None
+        for depth in range(len(self.scopes) - 1, 0, -1):
+            if self.scopes[depth].kind == "function" and self.scopes[depth - 1].kind == "class":
+                method, cls = self.scopes[depth], self.scopes[depth - 1]
+                break
+        if cls is None or method is None or cls.node is None:
+            return False
+        reached = self._grad_methods.get(id(cls.node))
+        if reached is None:
+            reached = self._grad_methods[id(cls.node)] = _reached_from_forward(cls.node)
+        return method.name in reached
 
     def _in_forward(self) -> bool:
         """Inside a method that runs on every call: `forward`, `forward_*`, `__call__`, or a
@@ -1694,7 +1974,8 @@ class Linter:
         if facts.dtype == "int":
             return facts.hf_keep or facts.hf_keep_inverted
         return self._float_zero_one(node) and (
-            facts.padding01 or facts.tri is not None or _named_mask(_receiver_root(node), False))
+            facts.padding01 or facts.tri is not None or facts.keep_mask
+            or _named_mask(_receiver_root(node), False))
 
     def _zero_one_mask(self, node: ast.AST) -> bool:
         """A mask of 0s and 1s by evidence (bool with a mask's provenance, a tokenizer's int
@@ -1797,8 +2078,8 @@ class Linter:
         if value is not None and self._is_large_negative(value) and not self._fill_fits(
                 value, target, condition):
             self._large_negative(value, name, target)
-        elif value is not None and target is not None and _is_score_name(target) and (
-                self_attr(value) is not None):
+        elif value is not None and target is not None and self_attr(value) is not None and (
+                self._is_scores(target)):
             # `scores.masked_fill(m, self.mask_value)` with `mask_value=-1e10` given in
             # __init__: the attribute holds the constant (only on score tensors by name: CTC
             # and beam-search code keeps float32 log-domain sentinels in attributes too)
@@ -1886,6 +2167,8 @@ class Linter:
     def _is_fill_value(self, node: ast.AST) -> bool:
         """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
         v = number(node, self.lookup)
+        if v is None and self_attr(node) is not None and isinstance(node, ast.Attribute):
+            v = self.value(node).number  # `self.mask_value` bound to a constant
         if v is not None:
             return v <= -1000
         return is_finfo_min(node, self.lookup)
@@ -2084,6 +2367,12 @@ class Linter:
             call.func).mha
 
     def _key_padding_value(self, node: ast.expr, where: str) -> None:
+        inverted_for = self._inverted_elsewhere(node)
+        if inverted_for is not None:
+            self.report("MC502", node, f"{self._text(node)} is inverted for {inverted_for} in "
+                        "this function (so it is 1/True at real tokens), but passed as it is as "
+                        f"{where} (True = padding): invert it here too")
+            return
         if self._is_untouched(node, _is_hf_mask_name):
             self.report("MC502", node, f"HF-style attention_mask (1 = real token) passed "
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
@@ -2094,10 +2383,27 @@ class Linter:
                         f"but {where} means True = padding: invert it (`== 0`)")
             return
         self._note_role(node, "float-mha", raw=True)
+        self._note_role(node, "drop-mha")  # True = padding: a keep-mask passed here is inverted
         if self._float_mask_of_attention(node):
             self.report("MC508", node, f"{self._text(node)} is a float 0/1 mask, but a float "
                         f"{where} is added to the scores: it adds 1 at the padding and masks "
                         "nothing; pass it as bool (True = padding)")
+
+    def _inverted_elsewhere(self, node: ast.AST) -> str | None:
+        """The key-padding keyword that this function passes `node` (a name whose value it does
+        not know, not rebound) to inverted (`src_key_padding_mask=src_mask == 0`): the author's
+        own reading of its convention, True/1 = real token."""
+        scope = self.scope
+        if not (isinstance(node, ast.Name) and scope.kind == "function"
+                and node.id not in scope.assigned and scope.node is not None
+                and self.lookup(node.id) in (UNKNOWN, TENSOR)):
+            return None
+        for sub in ast.walk(scope.node):
+            if isinstance(sub, ast.keyword) and sub.arg in KEY_PADDING_KWARGS:
+                inner = _inverted_operand(sub.value)
+                if isinstance(inner, ast.Name) and inner.id == node.id:
+                    return sub.arg
+        return None
 
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
         while isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
@@ -2159,6 +2465,14 @@ class Linter:
                 self.scope.bool_triu[parent.targets[0].id] = call
             elif isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
                 self.scope.bool_triu[parent.target.id] = call  # `mask: Tensor = triu(...)`
+            else:
+                attr = _stored_attribute(call, parent)
+                cls = self._class_scope() if attr is not None else None
+                if cls is not None:
+                    # `self.register_buffer("future", ones(bool).triu())`: the methods below
+                    # read it as `self.future`
+                    cls.bool_triu["self." + (attr or "")] = call
+                    self._class_triu = True
 
     def _tril(self, call: ast.Call) -> None:
         """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""
@@ -2217,12 +2531,20 @@ class Linter:
         elif name == "where" and module_dotted(call.func) == "torch.where" and len(
                 call.args) == 3:
             condition, fill = call.args[0], call.args[1]  # `where(mask, -inf, scores)`
-        if isinstance(condition, ast.Name) and condition.id in masks and fill is not None and (
+        held = None
+        if isinstance(condition, ast.Name) and condition.id in masks:
+            held = condition.id
+        elif self._class_triu and condition is not None and self_attr(condition) is not None:
+            cls = self._class_scope()
+            key = "self." + (self_attr(condition) or "")
+            if cls is not None and key in cls.bool_triu:
+                masks, held = cls.bool_triu, key  # `masked_fill(self.future[:T, :T], ...)`
+        if held is not None and fill is not None and (
                 self._is_fill_value(fill) or (isinstance(fill, ast.Call) and call_name(fill) ==
                                               "tensor" and fill.args and self._is_fill_value(
                                                   fill.args[0]))):
             # the triangle marks what is hidden: with diagonal 0 each query loses itself
-            triu = masks.pop(condition.id)
+            triu = masks.pop(held)
             diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
                 triu, 0, "diagonal")
             self._triu_hit(triu, diagonal)
@@ -2361,7 +2683,7 @@ class Linter:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
         elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
-                bound, self.lookup) in _SAVES_OUTPUT and self._in_forward():
+                bound, self.lookup) in _SAVES_OUTPUT and self._on_grad_path():
             # softmax's backward reads its own output: overwriting it in place makes
             # backward raise (checked on torch 2.13)
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
@@ -2557,10 +2879,11 @@ class Linter:
 
     def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True,
                    use: ast.AST | None = None, raw: bool = False) -> None:
-        """Record what this function does with one of its parameters (see `_Role`). Only for
-        functions called by their name and for forward / __call__ (called on an instance)."""
+        """Record what this function does with one of its parameters (see `_Role`): checked at
+        the calls of a function by its name, of a method as `self.name(...)`, and of forward /
+        __call__ on an instance."""
         scope = self.scope
-        if node is None or (scope.method and scope.name not in {"forward", "__call__"}):
+        if node is None:
             return
         found = self._raw_parameter(node) if raw else self._parameter_behind(node, follow=follow)
         if found is None:
@@ -2569,7 +2892,7 @@ class Linter:
         if role in {"add", "mul", "addmin"} and _dtype_tested(scope.node, param):
             return  # `if m.dtype == torch.bool: ... return s + m`: the function takes either kind
         if inverted:
-            role = {"keep-sdpa": "drop-sdpa", "drop-fill": "keep-fill"}.get(role, role)
+            role = _FLIPPED_ROLES.get(role, role)
         position = scope.params.index(param) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role),
@@ -2592,8 +2915,10 @@ class Linter:
         self._bool_subtracted(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
-            if passed is not None and entry.role in {"add", "mul", "addmin"}:
-                self._note_role(passed, entry.role)  # a wrapper passing its own parameter on
+            if passed is not None and (entry.role in {"add", "mul", "addmin"}
+                                       or entry.role in _FLIPPED_ROLES):
+                # a wrapper passing its own parameter on (inverted: the other convention)
+                self._note_role(passed, entry.role)
             elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
@@ -2715,9 +3040,11 @@ class Linter:
             facts = self.value(arg)
             if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
                 continue
-            code = "MC511" if entry.role == "drop-sdpa" else "MC519"
-            reads = ("inverts it for scaled_dot_product_attention (True = may attend)"
-                     if code == "MC511" else "fills where it is True")
+            code = "MC519" if entry.role == "drop-fill" else "MC511"
+            reads = {"drop-sdpa": "inverts it for scaled_dot_product_attention (True = may "
+                                  "attend)",
+                     "drop-mha": "hands it to an attention module as key_padding_mask (True = "
+                                 "padding)"}.get(entry.role, "fills where it is True")
             hint = name_hint(entry.param)
             if hint is not None and hint.bool_convention == "bool-true-keep":
                 self.report(code, entry.use, f"{entry.param} is named as a keep-mask (1 = real "
@@ -2787,6 +3114,40 @@ class Linter:
         guarded = [b for b in branches if b]
         return bool(guarded) and all(any(_needed_names(i.test) & off for i in b)
                                      for b in guarded)
+
+
+_GRAD_ROOTS = frozenset({"forward", "__call__", "training_step"})
+
+
+def _reached_from_forward(cls: ast.AST) -> frozenset[str]:
+    """The methods of a class that forward / __call__ / training_step call as `self.name(...)`,
+    directly or through one another; not those decorated with no_grad / inference_mode."""
+    methods = {m.name: m for m in getattr(cls, "body", [])
+               if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    pending = [name for name in methods if name in _GRAD_ROOTS or name.startswith("forward")]
+    reached: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in reached or name not in methods or decorated_no_grad(methods[name]):
+            continue
+        reached.add(name)
+        for node in ast.walk(methods[name]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(
+                    node.func.value, ast.Name) and node.func.value.id == "self":
+                pending.append(node.func.attr)
+    return frozenset(reached)
+
+
+def _stored_attribute(call: ast.Call, parent: ast.AST | None) -> str | None:
+    """X when `call` is stored on `self.X`: `self.X = call`, `self.register_buffer("X", call)`."""
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
+            parent.targets[0], ast.Attribute):
+        return self_attr(parent.targets[0])
+    if isinstance(parent, ast.Call) and call_name(parent) == "register_buffer" and len(
+            parent.args) >= 2 and parent.args[1] is call and isinstance(
+            parent.args[0], ast.Constant) and isinstance(parent.args[0].value, str):
+        return parent.args[0].value
+    return None
 
 
 def _mul_call_as_binop(value: ast.expr) -> ast.BinOp | None:
@@ -2930,6 +3291,32 @@ def _needed_names(test: ast.expr) -> set[str]:
         return {name} if name is not None else set()
     return set()
 # Methods that keep which positions a mask marks (for `_note_role`).
+# The facts a parameter takes from its calls (see `Linter._seeded_parameters`): what the rules
+# read of a mask, a flag or a fill value; not dtypes of data (float16 callers are MC501's own
+# second walk) nor what a module or function is.
+_SEED_FACTS = frozenset({
+    "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
+    "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
+    "wide_finfo", "dtype", "namespace"})
+def _seedable(facts: Value) -> Value:
+    """What of a value a parameter may take from its calls (see `_SEED_FACTS`)."""
+    if not facts:
+        return facts
+    kept = {name: fact for name, fact in facts.__dict__.items() if name in _SEED_FACTS}
+    if facts.dtype not in {"bool", "int"}:
+        kept.pop("dtype", None)  # a data tensor's float dtype: MC501's own second walk
+    if facts.number is not None and not facts.number < -FP16_MAX:
+        kept.pop("number", None)  # only a masking value is read from a number
+    if facts.flag is not True:
+        kept.pop("flag", None)  # only `is_causal`-style flags that are on are read
+    return Value(**kept)
+
+
+# Mask roles and the role of the same parameter read inverted (`~m`, `m == 0`): True = keep
+# (SDPA's bool attn_mask, `masked_fill(m == 0, ...)`) against True = masked (a fill condition,
+# the key_padding_mask of torch's attention modules).
+_FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
+                  "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
                            "contiguous", "to", "repeat", "squeeze", "flatten"})
 # ... of them, those that keep the values (and the dtype) as they are.
@@ -3374,7 +3761,16 @@ def lint_tree(
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
         linter = Linter(enabled, source, path)
+        linter.record_calls = True
         hits = linter.run(tree)
+        seeds = linter._seeded_parameters()
+        if seeds:
+            # again, each parameter holding what every call of this file passes for it
+            options = linter.option_defaults
+            linter = Linter(enabled, source, path)
+            linter.seeds = seeds
+            linter.option_defaults = options
+            hits = linter.run(tree)
         if linter.param_hits:
             hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
         return hits

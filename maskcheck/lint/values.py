@@ -107,6 +107,8 @@ class Value:
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
+    # ... and the class of this file every element is an instance of (its calls are keyed by it)
+    element_module: str | None = None
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
@@ -125,6 +127,9 @@ class Value:
     # is bool or integer. SDPA and the attention modules take only bool or float masks, so
     # there it is a float 0/1 mask that they add (MC508).
     cast01: bool = False
+    # An argparse Namespace (`parser.parse_args()`): `args.X` holds the default of option X
+    # unless the command line gives another (see `Linter.value`).
+    namespace: bool = False
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -869,6 +874,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         target = describe(call.args[0], lookup)
         if target.api is not None:
             return Value(api=target.api, bound=tuple(call.keywords))
+    if name in {"parse_args", "parse_known_args"} and base_node is not None:
+        return Value(namespace=name == "parse_args")
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
