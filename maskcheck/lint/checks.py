@@ -13,7 +13,7 @@ import bisect
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
@@ -558,6 +558,76 @@ def _is_output_logits(node: ast.AST) -> bool:
         word in text for word in _SCORE_WORDS if word != "logit")
 
 
+class _Checkpoint(NamedTuple):
+    """The walk between two top-level statements (see `Linter.rerun`)."""
+
+    hits: int  # how many hits, `param_hits` and entered functions the walk had made
+    param_hits: int
+    entered: int
+    # a copy of the module's scope and of the Linter's attributes named in `_CARRIED`; none
+    # before a statement that defines no function (`_SIMPLE_STATEMENTS`)
+    module: _Scope | None = None
+    carried: tuple[Any, ...] | None = None
+
+
+# The Linter's attributes that one top-level statement leaves to the next (besides the module's
+# scope). Every other attribute is fixed for the module, a cache of what the module gives, the
+# walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
+# the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
+_CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
+            "_rsub_done", "_class_triu")
+# Fixed for the module or caches of it: the second walk takes the first's.
+_SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
+           "_softmax_inputs", "_parent_of", "_grad_methods")
+_CONTAINERS = (dict, set, list)
+_SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
+# Statements that hold no function definition: the second walk never has to start at one, so
+# the first keeps no copy of the state before it (only the counts).
+_SIMPLE_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign,
+                      ast.Expr, ast.Pass, ast.Delete, ast.Assert, ast.Raise, ast.Global,
+                      ast.Nonlocal)
+
+
+def _copy_container(value: Any) -> Any:
+    return value.copy() if type(value) in _CONTAINERS else value
+
+
+def _copy_scope(scope: _Scope) -> _Scope:
+    """A copy of the scope whose dicts, sets and lists are new (their items are not changed in
+    place by the walk: Values are frozen, nodes are the module's)."""
+    copy = object.__new__(_Scope)
+    facts = copy.__dict__
+    facts.update(scope.__dict__)
+    for name in _SCOPE_CONTAINERS:
+        facts[name] = facts[name].copy()
+    return copy
+
+
+def _same(a: Any, b: Any) -> bool:
+    """`a == b`, and of the same types all the way down, dicts in the same order (iteration
+    order reaches the order of some hits), floats with the same repr (-0.0 is not 0.0); nodes
+    and other objects by identity unless they define equality."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return len(a) == len(b) and all(
+            x == y and type(x) is type(y) and _same(a[x], b[y]) for x, y in zip(a, b, strict=True))
+    if kind is Value:
+        facts, others = a.__dict__, b.__dict__
+        return facts.keys() == others.keys() and all(
+            _same(fact, others[name]) for name, fact in facts.items())
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if kind is float:
+        return a == b and repr(a) == repr(b)
+    if kind is _Scope:
+        return _same(a.__dict__, b.__dict__)
+    return bool(a == b)
+
+
 # --- the walk -----------------------------------------------------------------------------
 
 
@@ -638,6 +708,12 @@ class Linter:
         # Class node -> the methods its forward / __call__ / training_step reach through
         # `self.name(...)` calls (see `_on_grad_path`).
         self._grad_methods: dict[int, frozenset[str]] = {}
+        # First walk of a module (see `rerun`): the state before each top-level statement and
+        # after the last, with how many hits, `param_hits` and entered functions came before;
+        # and the hits in the order the walk made them.
+        self.checkpoints: list[_Checkpoint] | None = None
+        self.walked_hits: list[Hit] = []
+        self.entered: list[tuple[str, str]] = []
 
     @property
     def scope(self) -> _Scope:
@@ -733,6 +809,24 @@ class Linter:
                                  getattr(node, "end_lineno", None) or line, message, edit))
 
     def run(self, tree: ast.AST) -> list[Hit]:
+        self._prepare(tree)
+        handlers = self._handlers()
+        marks = self.checkpoints
+        if marks is None or not isinstance(tree, ast.Module):
+            self._walk([(tree, None)], handlers)
+        else:
+            # The module's statements one by one, as the walk of the module pops them, with
+            # the state before each (see `rerun`).
+            for statement in tree.body:
+                marks.append(self._checkpoint(not isinstance(statement, _SIMPLE_STATEMENTS)))
+                if type(statement) not in _LEAVES:
+                    self._walk([(statement, tree)], handlers)
+            marks.append(self._checkpoint())
+            self._walk([(t, tree) for t in reversed(tree.type_ignores)], handlers)
+            self.walked_hits = list(self.hits)
+        return self._finish()
+
+    def _prepare(self, tree: ast.AST) -> None:
         self._tree = tree
         self._local_defs = _defined_names(tree)
         self._own_functions = _own_function_names(tree) if (
@@ -740,9 +834,16 @@ class Linter:
         self._clamps_to_min = "finfo" in self.source and (
             "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(tree)
         self.scopes[0].node = tree
-        stack: list[tuple[ast.AST | _Exit, ast.AST | None]] = [(tree, None)]
+
+    def _finish(self) -> list[Hit]:
+        for scope in self.scopes:
+            self._flush_softmaxed(scope)
+        self.hits.sort(key=lambda h: (h.line, h.col, h.code))
+        return self.hits
+
+    def _walk(self, stack: _Stack, handlers: dict[type, _Handler]) -> None:
+        """Walk what `stack` holds, and all below it, until it is empty."""
         push, pop = stack.append, stack.pop
-        handlers = self._handlers()
         fields_of, leaves = _FIELDS_CACHE, _LEAVES
         while stack:
             node, parent = pop()
@@ -766,10 +867,70 @@ class Linter:
                             push((child, node))
                 elif type(value) not in leaves:
                     push((value, node))
-        for scope in self.scopes:
-            self._flush_softmaxed(scope)
-        self.hits.sort(key=lambda h: (h.line, h.col, h.code))
-        return self.hits
+
+    # --- walking again only what call-site facts change ---
+
+    def _checkpoint(self, state: bool = True) -> _Checkpoint:
+        """Between two top-level statements: the counts and (with `state`) a copy of the state
+        the rest of the walk reads."""
+        counts = len(self.hits), len(self.param_hits), len(self.entered)
+        if not state:
+            return _Checkpoint(*counts)
+        (module,) = self.scopes
+        return _Checkpoint(*counts, _copy_scope(module),
+                           tuple(_copy_container(getattr(self, name)) for name in _CARRIED))
+
+    def _restore(self, checkpoint: _Checkpoint) -> None:
+        """Take the state of `checkpoint` (whose containers are used up: each serves once)."""
+        assert checkpoint.module is not None and checkpoint.carried is not None
+        self.scopes = [checkpoint.module]
+        for name, value in zip(_CARRIED, checkpoint.carried, strict=True):
+            setattr(self, name, value)
+
+    def _at(self, checkpoint: _Checkpoint) -> bool:
+        """Whether the state now is the state of `checkpoint`, fact for fact and in order."""
+        if checkpoint.module is None or checkpoint.carried is None:
+            return False  # not kept: the walk goes on
+        (module,) = self.scopes
+        return _same(module.__dict__, checkpoint.module.__dict__) and all(
+            _same(getattr(self, name), value)
+            for name, value in zip(_CARRIED, checkpoint.carried, strict=True))
+
+    def rerun(self, tree: ast.Module, first: Linter) -> list[Hit]:
+        """The hits `run(tree)` gives with `self.seeds`, walking only the top-level statements
+        it must: one that enters a function with seeds, or one that starts from a state the
+        first walk (`first`: `record_calls` and `checkpoints` on, no argparse option, no module
+        alias) did not have there, or may not have had (it kept no copy before it). Every
+        other statement starts from the state the first walk had before it, and the walk of a
+        statement depends on nothing else (the seeds are read only on entering a function;
+        recording the calls only reads; the caches are the same for the same module): it does
+        what it did in the first walk. So its hits and `param_hits` are the first walk's, in
+        the same order, and the state after it is the first walk's next checkpoint."""
+        for name in _SHARED:
+            setattr(self, name, getattr(first, name))
+        self.scopes[0].node = tree
+        marks = first.checkpoints
+        assert marks is not None and len(marks) == len(tree.body) + 1
+        handlers = self._handlers()
+        synced, behind = True, False  # the state is the first walk's / it is not set yet
+        for index, statement in enumerate(tree.body):
+            start, end = marks[index], marks[index + 1]
+            if synced and not any(key in self.seeds
+                                  for key in first.entered[start.entered:end.entered]):
+                self.hits.extend(first.walked_hits[start.hits:end.hits])
+                self.param_hits.extend(first.param_hits[start.param_hits:end.param_hits])
+                behind = True
+                continue
+            if behind:
+                self._restore(start)
+                behind = False
+            if type(statement) not in _LEAVES:
+                self._walk([(statement, tree)], handlers)
+            synced = self._at(end)
+        if behind:
+            self._restore(marks[-1])
+        self._walk([(t, tree) for t in reversed(tree.type_ignores)], handlers)
+        return self._finish()
 
     def _handlers(self) -> dict[type, _Handler]:
         """Node type -> what to do on entering it; every other node is only walked through."""
@@ -959,6 +1120,7 @@ class Linter:
         owner = self.scope.name if self.scope.kind == "class" else ""
         key = scope.key = (owner, node.name)
         if self.record_calls:
+            self.entered.append(key)
             self.entry_values[key] = dict(scope.values)
             positional = [a.arg for a in [*args.posonlyargs, *args.args]]
             if scope.method:
@@ -3762,15 +3924,23 @@ def lint_tree(
     try:
         linter = Linter(enabled, source, path)
         linter.record_calls = True
+        linter.checkpoints = [] if isinstance(tree, ast.Module) else None
         hits = linter.run(tree)
         seeds = linter._seeded_parameters()
         if seeds:
             # again, each parameter holding what every call of this file passes for it
-            options = linter.option_defaults
+            first, options = linter, linter.option_defaults
             linter = Linter(enabled, source, path)
             linter.seeds = seeds
             linter.option_defaults = options
-            hits = linter.run(tree)
+            if isinstance(tree, ast.Module) and not options and not MODULE_ALIASES.get():
+                # Only the statements the seeds change (see `Linter.rerun`). With an argparse
+                # option or a module alias, the first walk read less than this one from the
+                # start: `args.X` before its `add_argument`, `th.where` before `import torch as
+                # th`; both are only ever added to.
+                hits = linter.rerun(tree, first)
+            else:
+                hits = linter.run(tree)
         if linter.param_hits:
             hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
         return hits
