@@ -12,7 +12,7 @@ import ast
 import bisect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -481,16 +481,21 @@ def _own_function_names(tree: ast.AST) -> set[str]:
     return defined - imported
 
 
-def _clamps_to_finfo_min(tree: ast.AST) -> bool:
+def _clamps_to_finfo_min(tree: ast.AST, source: str = "") -> bool:
     """Whether the file clamps a tensor from below at finfo.min: `torch.max(w,
     torch.tensor(torch.finfo(w.dtype).min))`, `torch.maximum(...)`, `w.clamp(min=finfo.min)`,
-    `w.clamp_min(finfo.min)`. A -inf there (two finfo.min masks summed) becomes finfo.min again."""
+    `w.clamp_min(finfo.min)`. A -inf there (two finfo.min masks summed) becomes finfo.min again.
+    Such a call names `finfo` (`is_finfo_min` without a lookup reads the call's own text), so
+    with the module's `source` only statements with a line that may name it are read."""
     def at_min(node: ast.AST) -> bool:
         if isinstance(node, ast.Call) and call_name(node) in {"tensor", "as_tensor"} and node.args:
             node = node.args[0]
         return is_finfo_min(node)
 
-    for node in subnodes(tree):
+    lines = _lines_that_may_name(source, "finfo", tree)
+    if lines is not None and not lines:
+        return False
+    for node in _statements_on(tree, lines):
         if not isinstance(node, ast.Call):
             continue
         name = call_name(node)
@@ -503,6 +508,37 @@ def _clamps_to_finfo_min(tree: ast.AST) -> bool:
         if name in {"clamp_min", "clamp_min_"} and node.args and at_min(node.args[-1]):
             return True
     return False
+
+
+def _statements_on(tree: ast.AST, lines: list[int] | None) -> Iterator[ast.AST]:
+    """`subnodes(tree)`, less the statements (and all below them) without a line in `lines`
+    (every node when `lines` is None), in the same order."""
+    if lines is None:
+        yield from subnodes(tree)
+        return
+    fields_of = WALK_FIELDS
+    stack = [tree]
+    pop, push = stack.pop, stack.append
+    while stack:
+        here = pop()
+        if isinstance(here, ast.stmt) and not _has_line_within(
+                lines, _first_line(here), here.end_lineno or here.lineno):
+            continue  # no line of it names finfo
+        yield here
+        fields = fields_of.get(type(here))
+        if fields is None:  # a node class the grammar table does not know
+            stack.extend(ast.iter_child_nodes(here))
+            continue
+        for name in fields:
+            value = getattr(here, name, None)
+            if value is None:
+                continue
+            if type(value) is list:
+                for child in reversed(value):
+                    if child is not None:
+                        push(child)
+            else:
+                push(value)
 
 
 def _as_load(target: ast.expr) -> ast.expr:
@@ -832,7 +868,8 @@ class Linter:
         self._own_functions = _own_function_names(tree) if (
             "def scaled_dot_product_attention" in self.source) else set()
         self._clamps_to_min = "finfo" in self.source and (
-            "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(tree)
+            "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(
+                tree, self.source)
         self.scopes[0].node = tree
 
     def _finish(self) -> list[Hit]:

@@ -215,3 +215,34 @@ def test_same_state_is_strict() -> None:
     assert _same((node,), (node,))
     assert not _same((node,), (ast.Name("x"),))
     assert _same({"s"}, {"s"})
+
+
+def test_clamp_search_reads_only_statements_that_may_name_finfo() -> None:
+    """`_clamps_to_finfo_min` with the source enters only statements with a line that may name
+    finfo, and answers as the walk of every node does."""
+    clamped = '''import torch
+
+
+def mask(w):
+    return w
+
+
+def clamp(w):
+    return torch.max(w, torch.tensor(
+        torch.
+        finfo(w.dtype).min))
+
+
+def other(w):
+    return w.clamp(min=-1)
+'''
+    spelled = clamped.replace("torch.\n        finfo(", "torch.\n        \uff46info(")
+    for source in (clamped, spelled, clamped.replace("torch.max", "torch.min"),
+                   *(s for _, s in _sources())):
+        tree = ast.parse(source)
+        assert checks._clamps_to_finfo_min(tree, source) == checks._clamps_to_finfo_min(tree)
+    assert checks._clamps_to_finfo_min(ast.parse(clamped), clamped)
+    assert checks._clamps_to_finfo_min(ast.parse(spelled), spelled)  # NFKC: ｆinfo is finfo
+    tree = ast.parse(clamped)
+    entered = [n.name for n in checks._statements_on(tree, [11]) if isinstance(n, ast.FunctionDef)]
+    assert entered == ["clamp"]
