@@ -83,7 +83,7 @@ class SASRec(torch.nn.Module):
         timeline_mask = torch.BoolTensor(log_seqs == 0).to(self.dev)
         tl = log_seqs.shape[1]  # time dim len for enforce causality
         attention_mask = torch.tril(torch.ones((tl, tl), dtype=torch.float, device=self.dev))  # expect: MC508 helper
-        log_feats = self.log2feats(log_seqs, attention_mask, timeline_mask)
+        log_feats = self.log2feats(log_seqs, attention_mask, timeline_mask)  # also: MC508
 
         pos_embs = self.item_emb(torch.LongTensor(pos_seqs).to(self.dev))
         neg_embs = self.item_emb(torch.LongTensor(neg_seqs).to(self.dev))
@@ -95,7 +95,7 @@ class SASRec(torch.nn.Module):
         timeline_mask = torch.BoolTensor(log_seqs == 0).to(self.dev)
         tl = log_seqs.shape[1]
         attention_mask = torch.tril(torch.ones((tl, tl), dtype=torch.float, device=self.dev))  # expect: MC508 helper
-        log_feats = self.log2feats(log_seqs, attention_mask, timeline_mask)
+        log_feats = self.log2feats(log_seqs, attention_mask, timeline_mask)  # also: MC508
 
         final_feat = log_feats[:, -1, :]  # only use last QKV classifier
         item_embs = self.item_emb(torch.LongTensor(item_indices).to(self.dev))  # (U, I, C)
