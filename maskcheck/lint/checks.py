@@ -1902,11 +1902,36 @@ class Linter:
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
             edit = self._edit(node, f"~{self._paren(right)}") if number(
-                node.left) == 1 else None
+                node.left) == 1 and (_takes_a_bool(node, parent) or self._bound_for_bool_uses(
+                    node, parent)) else None
             self.report("MC512", node, f"{self._text(right)} is a bool tensor: "
                         f"`{self._text(node)}` "
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
+
+    def _bound_for_bool_uses(self, node: ast.AST, parent: ast.AST | None) -> bool:
+        """`inv = 1 - keep` where every read of `inv` in this function takes a bool (see
+        `_takes_a_bool`), and nothing else binds it: `~keep` can stand there (MC512's fix)."""
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
+                parent.targets[0], ast.Name) and parent.value is node):
+            return False
+        name, body = parent.targets[0].id, self.scope.node
+        if self.scope.kind != "function" or body is None:
+            return False
+        uses = 0
+        for owner in ast.walk(body):
+            for child in ast.iter_child_nodes(owner):
+                if not (isinstance(child, ast.Name) and child.id == name):
+                    continue
+                if isinstance(child.ctx, ast.Load):
+                    if not _takes_a_bool(child, owner):
+                        return False
+                    uses += 1
+                elif child is not parent.targets[0]:
+                    return False  # bound again (or deleted): the reads may see another value
+            if isinstance(owner, (ast.Global, ast.Nonlocal)) and name in owner.names:
+                return False
+        return uses > 0
 
     def _meets_scores(self, node: ast.AST) -> bool:
         """Attention scores, or a product or sum with them (`w * b` of GPT-2's `w * b - 1e10 *
@@ -2555,6 +2580,9 @@ class Linter:
             matrix, diagonal = receiver(call), argument(call, 0, "diagonal")
         if matrix is None or (diagonal is not None and not is_zero(diagonal)):
             return
+        if diagonal is None and (any(kw.arg is None for kw in call.keywords) or any(
+                isinstance(a, ast.Starred) for a in call.args)):
+            return  # `triu(m, **kw)` / `triu(*args)`: the diagonal may be passed there
         if _is_transposed(call, parent):
             return
         if self._is_additive_matrix(matrix):
@@ -3753,12 +3781,37 @@ def _inplace_base(node: ast.expr) -> ast.expr:
     return node
 
 
+_BOOL_CONDITIONS = frozenset({"masked_fill", "masked_fill_", "masked_select", "masked_scatter",
+                              "masked_scatter_", "where", "logical_and", "logical_or",
+                              "logical_not"})
+
+
+def _takes_a_bool(node: ast.AST, parent: ast.AST | None) -> bool:
+    """Whether `~m` can stand for `1 - m` where `node` is used (MC512's fix): as a fill or
+    select condition, an index, an operand of `&`, `|`, `^`, or a factor of a finite product
+    (`x * (1 - m)`). Not under `-`, `+` or a product with an infinity (`-(~m)` raises, `~m
+    - x` still raises, `~m * -inf` is NaN where `~m` is False)."""
+    if isinstance(parent, ast.Call):
+        name = call_name(parent)
+        return name in _BOOL_CONDITIONS and bool(parent.args) and parent.args[0] is node
+    if isinstance(parent, ast.Subscript):
+        return parent.slice is node
+    if isinstance(parent, ast.BinOp):
+        if isinstance(parent.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            return True
+        if isinstance(parent.op, ast.Mult):
+            other = parent.right if parent.left is node else parent.left
+            value = number(other)
+            return isinstance(other, ast.Name) or (value is not None and math.isfinite(value))
+    return False
+
+
 def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     """Insert `, text` before a call's closing parenthesis."""
     end_line, end_col = call.end_lineno, call.end_col_offset
     if end_line is None or end_col is None or not source:
         return None
-    lines = source.splitlines()
+    lines = source.split("\n")  # as the parser counts lines (the linter's source is LF-only)
     before = lines[end_line - 1].encode()[:end_col - 1].decode("utf-8", "replace").rstrip()
     sep = ", " if (call.args or call.keywords) and not before.endswith(",") else ""
     return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
