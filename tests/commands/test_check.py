@@ -157,6 +157,31 @@ def test_sarif_is_valid_2_1_0_with_a_rule_and_line_per_result(bad: Path) -> None
     assert src["level"] == "warning"
 
 
+def test_sarif_notebook_results_have_a_region_within_the_cell(tmp_path: Path,
+                                                              bad: Path) -> None:
+    # GitHub code scanning rejects a result whose physicalLocation has no region.startLine
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# notes\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch\n", "x = 1\n",
+                         "s = scores.masked_fill(mask, -1e9)\n"]}]
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                              "nbformat_minor": 5}))
+    doc = json.loads(cli("--format", "sarif", str(nb), str(bad)).stdout)
+    _check_sarif(doc)
+    results = doc["runs"][0]["results"]
+    cell = next(x for x in results if x["locations"][0].get("logicalLocations"))
+    (location,) = cell["locations"]
+    assert location["physicalLocation"]["region"] == {"startLine": 3, "startColumn": 30}
+    assert location["logicalLocations"] == [{"name": "cell 2", "kind": "module"}]
+    assert cell["properties"] == {"cell": 2, "line": 3, "column": 30}
+    assert cell["message"]["text"].startswith("cell 2, line 3: ")
+    # a .py result has the same shape of region
+    src = next(x for x in results if x["ruleId"] == "MC501" and x is not cell)
+    assert src["locations"][0]["physicalLocation"]["region"] == {"startLine": 2,
+                                                                 "startColumn": 30}
+
+
 def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("def f(:\n    x.masked_fill(m, -1e9)\n")
     r = cli("--format", "sarif", str(tmp_path))

@@ -154,7 +154,9 @@ def test_every_output_format_locates_the_cell(tmp_path: Path) -> None:
     assert result["properties"] == {"cell": 2, "line": 2, "column": 30}
     assert result["message"]["text"].startswith("cell 2, line 2: -1e9")
     location = result["locations"][0]
-    assert location["physicalLocation"] == {"artifactLocation": {"uri": "sub/nb.ipynb"}}
+    # GitHub code scanning needs region.startLine: the line and column within the cell
+    assert location["physicalLocation"] == {"artifactLocation": {"uri": "sub/nb.ipynb"},
+                                            "region": {"startLine": 2, "startColumn": 30}}
     assert location["logicalLocations"] == [{"name": "cell 2", "kind": "module"}]
     github = _cli("--format", "github", "sub/nb.ipynb", cwd=tmp_path).stdout
     assert github.startswith("::warning file=sub/nb.ipynb,title=maskcheck (MC501)::"
