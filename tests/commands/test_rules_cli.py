@@ -76,3 +76,24 @@ def test_explain_unknown_rule_is_a_usage_error() -> None:
 def test_explain_json() -> None:
     doc = json.loads(run("explain", "MC050", "--format", "json").stdout)
     assert doc["code"] == "MC050" and doc["name"] == "dense-causal-mask"
+
+
+def test_explain_mc002_says_the_severity_check_gives_pad_query_rows(tmp_path: Path) -> None:
+    import numpy as np
+
+    # a left-padded causal float mask (HF eager style): sequence 0 has 2 pad tokens
+    length = 6
+    mask = np.zeros((2, 1, length, length), np.float32)
+    for b, pad in enumerate((2, 0)):
+        keep = np.tril(np.ones((length, length), bool))
+        keep[:, :pad] = False
+        mask[b, 0][~keep] = np.finfo(np.float32).min
+    path = tmp_path / "causal_mask.npy"
+    np.save(path, mask)
+    check = run("check", "--format", "json", str(path))
+    (finding,) = json.loads(check.stdout)["files"][0]["tensors"][0]["findings"]
+    assert (finding["code"], finding["severity"]) == ("MC002", "info")
+    assert "pad query rows" in finding["message"]
+    explained = " ".join(run("explain", "MC002").stdout.split())
+    assert "those are reported as info" in explained
+    assert "as a warning" not in explained
