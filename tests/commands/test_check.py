@@ -105,7 +105,27 @@ def test_unreadable_sources_are_reported_and_the_rest_checked(tmp_path: Path, ba
     assert f"{tmp_path / 'latin.py'}: error: not UTF-8 text" in out
     assert f"{tmp_path / 'blob.py'}: error: binary file" in out
     assert f"{bad}:2:30: MC501" in out
-    assert "3 could not be read" in out.splitlines()[-1]
+    # the count is of the files that were read: bad, plus nothing else
+    assert out.splitlines()[-1] == ("Found 2 problems (1 error, 1 warning) in 1 file; "
+                                    "3 could not be read.")
+
+
+def test_summary_never_says_all_checks_passed_when_a_file_was_not_read(tmp_path: Path) -> None:
+    latin = tmp_path / "bad_latin1.py"
+    latin.write_bytes(b"x = '\xe9'\n")
+    clean = tmp_path / "clean.py"
+    clean.write_text(CLEAN)
+    alone = cli(str(latin))
+    assert alone.returncode == 2
+    assert alone.stdout.splitlines() == [
+        f"{latin}: error: not UTF-8 text (byte 0xe9 at offset 5)",
+        "No problems found in 0 files; 1 could not be read."]
+    both = cli(str(latin), str(clean))
+    assert both.returncode == 2
+    assert both.stdout.splitlines()[-1] == "No problems found in 1 file; 1 could not be read."
+    stats = cli("--statistics", str(latin), str(clean))
+    assert stats.stdout.splitlines()[-1] == "No problems found in 1 file; 1 could not be read."
+    assert cli(str(clean)).stdout == "All checks passed (1 file).\n"
 
 
 def test_json_has_the_contract_shape(bad: Path) -> None:
