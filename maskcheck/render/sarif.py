@@ -68,10 +68,14 @@ def render(report: Report, version: str) -> dict[str, Any]:
     notes: list[dict[str, Any]] = []
     for file in report.files:
         if file.error is not None:
+            physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(file.path)}}
+            if file.error_line is not None:  # a syntax error: where it is, as for a result
+                physical["region"] = {"startLine": file.error_line,
+                                      "startColumn": file.error_col or 1}
             notes.append({
                 "level": "error",
                 "message": {"text": f"{file.path}: {file.error}"},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(file.path)}}}],
+                "locations": [{"physicalLocation": physical}],
             })
         for f in file.findings:
             results.append(_result(f, file.path, index, None))

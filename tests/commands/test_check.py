@@ -221,6 +221,26 @@ def test_github_annotations(bad: Path) -> None:
     assert r.returncode == 1
 
 
+def test_github_annotation_of_a_syntax_error_has_its_line_and_column(tmp_path: Path) -> None:
+    import re
+
+    (tmp_path / "bad.py").write_text("import torch\n\ndef f(:\n    pass\n")
+    (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")
+    r = cli("--format", "github", "bad.py", "latin.py", cwd=tmp_path)
+    assert r.returncode == 2
+    syntax, latin = r.stdout.splitlines()
+    # the column the parser gives depends on the Python version: any column
+    assert re.fullmatch(r"::error file=bad\.py,line=3,col=(\d+),title=maskcheck \(unreadable\)"
+                        r"::bad\.py: syntax error at line 3, column \1: .+", syntax), syntax
+    # no line is known for undecodable bytes: the annotation goes on the file
+    assert latin.startswith("::error file=latin.py,title=maskcheck (unreadable)::latin.py: ")
+    # SARIF's notification for it has the same region
+    doc = json.loads(cli("--format", "sarif", "bad.py", cwd=tmp_path).stdout)
+    (note,) = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    region = note["locations"][0]["physicalLocation"]["region"]
+    assert region["startLine"] == 3 and region["startColumn"] >= 1
+
+
 def test_statistics(bad: Path, tmp_path: Path) -> None:
     (tmp_path / "more.py").write_text("s = x.masked_fill(m, -1e10)\n")
     r = cli("--statistics", str(tmp_path))
