@@ -97,3 +97,23 @@ def test_explain_mc002_says_the_severity_check_gives_pad_query_rows(tmp_path: Pa
     explained = " ".join(run("explain", "MC002").stdout.split())
     assert "those are reported as info" in explained
     assert "as a warning" not in explained
+
+
+def test_explain_says_which_findings_fix_rewrites(tmp_path: Path) -> None:
+    # -inf written through triu_indices is MC503 too, and --fix never rewrites it
+    source = tmp_path / "model.py"
+    source.write_text("import torch\n\n\ndef attend(x, n):\n    idx = torch.triu_indices(n, n)\n"
+                      "    x[:, idx[0], idx[1]] = float('-inf')\n    return x\n")
+    found = run("check", str(source))
+    assert found.returncode == 1 and ": MC503 triu_indices" in found.stdout
+    diff = run("check", "--diff", str(source))
+    assert (diff.returncode, diff.stdout) == (0, "")
+    mc503 = run("explain", "MC503").stdout
+    assert "Fix is always available" not in mc503
+    fix_line = mc503.splitlines()[-1]
+    assert fix_line.startswith("Fix is sometimes available") and "triu_indices" in fix_line
+    assert "Fix is sometimes available" in run("explain", "MC512").stdout
+    for rule in all_rules():
+        if rule.safe_fix:
+            text = run("explain", rule.code).stdout
+            assert ("Fix is sometimes available" in text) == bool(rule.fix_covers), rule.code
