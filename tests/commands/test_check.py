@@ -292,3 +292,16 @@ def test_fixture_tree_through_cli() -> None:
     assert r.returncode == 1
     fixture_codes = {p.name.split("_")[0] for p in LINT_FIXTURES.glob("MC5*.py")}
     assert {line.split()[1] for line in r.stdout.splitlines()[:-1]} == fixture_codes
+
+
+def test_a_pt_file_without_torch_says_how_to_install_it_and_under_pre_commit(
+        tmp_path: Path) -> None:
+    (tmp_path / "mask.pt").write_bytes(b"PK\x03\x04 not read without torch")
+    script = ("import sys\nsys.modules['torch'] = None  # torch is not installed\n"
+              "from maskcheck.cli import main\nraise SystemExit(main(['check', 'mask.pt']))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2
+    assert r.stdout.splitlines()[0] == (
+        "mask.pt: error: reading .pt files needs torch: pip install 'maskcheck[torch]' "
+        "(in a pre-commit hook: additional_dependencies: [torch])")
