@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from maskcheck.commands.options import parse_api
 from maskcheck.config import Config, common_start, discover
-from maskcheck.errors import UsageError
+from maskcheck.errors import UsageError, discard_stdout, output_error
 from maskcheck.model import FileReport, Report, Severity
 from maskcheck.selection import Selection, parse_severity, split_codes
 
@@ -195,14 +195,23 @@ def render(report: Report, fmt: str, *, statistics: bool) -> str:
 
 def write_output(text: str) -> None:
     """Write to stdout in its encoding, escaping what it cannot hold (`\\xe9` for `é` with
-    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name."""
+    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name.
+
+    A reader that stops reading (`| head`) is not an error: the rest is dropped and the exit
+    code still says what was found. Any other failure to write (`> /dev/full`) is OutputError.
+    """
     stream = sys.stdout
     encoding = getattr(stream, "encoding", None) or "utf-8"
     try:
-        stream.write(text)
-    except UnicodeEncodeError:
-        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
-    stream.flush()
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        stream.flush()
+    except BrokenPipeError:
+        discard_stdout()
+    except OSError as e:
+        raise output_error(e) from None
 
 
 def run_check(

@@ -127,6 +127,7 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
         report.error = f"syntax error{where}: {e.msg}"
+        report.error_line, report.error_col = e.lineno, e.offset or None
     except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     except Exception as e:  # a linter bug costs this file an error line, not the whole run
