@@ -18,7 +18,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from maskcheck import __version__
-from maskcheck.errors import MaskcheckError, UsageError, one_line
+from maskcheck.errors import (
+    OUTPUT_ERRNOS,
+    MaskcheckError,
+    OutputError,
+    UsageError,
+    discard_stdout,
+    one_line,
+    output_error,
+)
 
 if TYPE_CHECKING:
     import typer
@@ -96,12 +104,27 @@ def debug_requested(args: Sequence[str]) -> bool:
 def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> int:
     """The one error handler: run a command and map what it raises to CONTRACT exit codes."""
     try:
-        return run()
+        result = run()
+        # what is still buffered is written now, where a failure is handled, not at exit
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return result
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except UsageError as e:
         print_usage_error(str(e), e.command)
         return 2
+    except BrokenPipeError:
+        # the reader stopped reading (`| head`): nothing to say, and nothing more to write
+        discard_stdout()
+        return 2
+    except OutputError as e:
+        return _output_failed(e)
+    except OSError as e:
+        if e.filename is None and e.errno in OUTPUT_ERRNOS:
+            # writing stdout failed (`> /dev/full`): where the output goes, not a bug
+            return _output_failed(output_error(e))
+        return _internal_error(e, debug)
     except MaskcheckError as e:  # FileProblem included: exit 2
         print(f"maskcheck: error: {one_line(str(e))}", file=sys.stderr)
         return 2
@@ -116,15 +139,25 @@ def guarded(run: Callable[[], int], *, debug: bool, typer_app: bool = False) -> 
         code = _typer_exception(e) if typer_app else None
         if code is not None:
             return code
-        if debug:
-            traceback.print_exc()
-        else:
-            print(
-                f"maskcheck: internal error: {type(e).__name__}: {e} "
-                "(this is a bug; rerun with --debug for the traceback)",
-                file=sys.stderr,
-            )
-        return 3
+        return _internal_error(e, debug)
+
+
+def _output_failed(e: OutputError) -> int:
+    discard_stdout()
+    print(f"maskcheck: error: {one_line(str(e))}", file=sys.stderr)
+    return 2
+
+
+def _internal_error(e: Exception, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    else:
+        print(
+            f"maskcheck: internal error: {type(e).__name__}: {e} "
+            "(this is a bug; rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+    return 3
 
 
 def print_usage_error(message: str, help_for: str | None) -> None:

@@ -166,6 +166,9 @@ class FileReport:
     findings: list[Finding] = field(default_factory=list)
     runs: list[Run] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    # Where in the file the `error` is, when known (a syntax error of a `.py` file): 1-based.
+    error_line: int | None = None
+    error_col: int | None = None
 
     def all_findings(self) -> list[Finding]:
         out = list(self.findings)

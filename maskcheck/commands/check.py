@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from maskcheck.commands.options import parse_api
 from maskcheck.config import Config, common_start, discover
-from maskcheck.errors import UsageError
+from maskcheck.errors import UsageError, discard_stdout, output_error
 from maskcheck.model import FileReport, Report, Severity
 from maskcheck.selection import Selection, parse_severity, split_codes
 
@@ -116,6 +116,29 @@ def _fix(paths: list[Path], opts: CheckOptions) -> list[Any]:
     return list(fix_files(items, write=not opts.diff))
 
 
+def _report_unfixed(report: Report, *, errors: bool = True) -> int:
+    """On stderr: each file that could not be read (with `errors`), and each notebook that
+    holds findings with a safe fix (--fix does not rewrite a notebook's JSON). Returns how
+    many files could not be read."""
+    from maskcheck.render.concise import printable, printable_path
+    from maskcheck.rules.registry import get_rule
+
+    unread = 0
+    for file in report.files:
+        if file.error is not None:
+            unread += 1
+            if errors:
+                sys.stderr.write(f"{printable_path(file.path)}: error: {printable(file.error)}\n")
+            continue
+        fixable = sum(1 for f in file.findings
+                      if (rule := get_rule(f.code)) is not None and rule.safe_fix)
+        if fixable and file.path.endswith(".ipynb"):
+            sys.stderr.write(f"{printable_path(file.path)}: not edited: --fix does not rewrite "
+                             f"notebooks ({fixable} finding{'s' * (fixable != 1)} with a safe "
+                             "fix; apply it in the cell)\n")
+    return unread
+
+
 def _selection(config: Config, opts: CheckOptions) -> Selection:
     select = list(opts.select) or (list(config.select) if config.select is not None else None)
     origin = "the command line" if opts.select else f"{config.path} [tool.maskcheck]"
@@ -172,14 +195,23 @@ def render(report: Report, fmt: str, *, statistics: bool) -> str:
 
 def write_output(text: str) -> None:
     """Write to stdout in its encoding, escaping what it cannot hold (`\\xe9` for `é` with
-    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name."""
+    PYTHONIOENCODING=ascii or LC_ALL=C) instead of failing on a file name.
+
+    A reader that stops reading (`| head`) is not an error: the rest is dropped and the exit
+    code still says what was found. Any other failure to write (`> /dev/full`) is OutputError.
+    """
     stream = sys.stdout
     encoding = getattr(stream, "encoding", None) or "utf-8"
     try:
-        stream.write(text)
-    except UnicodeEncodeError:
-        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
-    stream.flush()
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        stream.flush()
+    except BrokenPipeError:
+        discard_stdout()
+    except OSError as e:
+        raise output_error(e) from None
 
 
 def run_check(
@@ -191,13 +223,21 @@ def run_check(
         raise UsageError(f"--format takes {'|'.join(FORMATS)}, not {fmt!r}")
     if not paths:
         raise UsageError("check needs at least one PATH")
+    if opts.diff and fmt != "concise":
+        raise UsageError(f"--diff prints a unified diff, not {fmt}: drop --format or --diff")
     if opts.fix or opts.diff:
         fixes = _fix(paths, opts)
-        if opts.diff:  # as ruff: the diff only, exit 1 when something would change
-            sys.stdout.write("".join(f.diff() for f in fixes))
-            return 1 if fixes else 0
+        if opts.diff:
+            # As ruff: the diff only, exit 1 when something would change; a file that cannot
+            # be read still gets its one error line (on stderr: stdout is the diff) and exit 2.
+            report, _ = build_report(paths, opts)
+            write_output("".join(f.diff() for f in fixes))
+            unread = _report_unfixed(report)
+            return 2 if unread else (1 if fixes else 0)
     report, fail_on = build_report(paths, opts)
     write_output(render(report, fmt, statistics=statistics))
+    if opts.fix:
+        _report_unfixed(report, errors=False)
     code = report.exit_code(fail_on)
     return 0 if exit_zero and code == 1 else code
 

@@ -111,7 +111,10 @@ def explanation_markdown(rule: RuleInfo) -> str:
         parts += ["", "Use instead:", "```python", rule.good.rstrip(), "```"]
     if rule.fix.strip():
         parts += ["", "## Fix", rule.fix.strip()]
-    if rule.safe_fix:
+    if rule.safe_fix and rule.fix_covers:
+        parts += ["", "Fix is sometimes available: `maskcheck check --fix` (or `--diff`) "
+                  f"rewrites {rule.fix_covers}."]
+    elif rule.safe_fix:
         parts += ["", "Fix is always available: `maskcheck check --fix` (or `--diff`)."]
     return "\n".join(parts) + "\n"
 

@@ -19,7 +19,8 @@ from maskcheck.io.base import LoadedFile, TensorSource, element_size, rows_cols
 from maskcheck.io.rawfile import RawFile, with_hint
 from maskcheck.io.sources import clamp_rows, select_names
 
-NEEDS_TORCH = "reading .pt files needs torch: pip install 'maskcheck[torch]'"
+NEEDS_TORCH = ("reading .pt files needs torch: pip install 'maskcheck[torch]' (in a pre-commit "
+               "hook: additional_dependencies: [torch])")
 WIDENED = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 MAX_DEPTH = 64
 

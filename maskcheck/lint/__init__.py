@@ -1,1 +1,1 @@
-"""The torch-free source linter: rules MC501-MC506 over the standard library `ast`."""
+"""The torch-free source linter: rules MC501-MC525 over the standard library `ast`."""

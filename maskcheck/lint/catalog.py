@@ -1,4 +1,4 @@
-"""Metadata of the source rules MC501-MC506 (checks live in `maskcheck.lint.checks`)."""
+"""Metadata of the source rules MC501-MC525 (checks live in `maskcheck.lint.checks`)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ TRIU_DIAGONAL_ZERO = register(RuleInfo(
     "mask = torch.triu(torch.full((n, n), float('-inf')), diagonal=1)",
     "pass diagonal=1 to triu for a causal mask",
     safe_fix=True,
+    fix_covers="a `triu` call (its diagonal becomes 1); -inf written through `triu_indices` is "
+    "never rewritten: pass offset=1 yourself",
 ))
 FILL_AFTER_ZERO_FILL = register(RuleInfo(
     "MC504", "fill-after-zero-fill", E, "source",
@@ -153,6 +155,9 @@ BOOL_MASK_SUBTRACT = register(RuleInfo(
     "pad = ~keep",
     "invert with `~mask` or mask.logical_not(); `1 - mask.float()` for a float mask",
     safe_fix=True,
+    fix_covers="`1 - mask` where a bool can stand (a fill, select or where condition, an index, "
+    "`&`/`|`/`^`: it becomes `~mask`); `1 - mask` elsewhere, `mask - 1`, other constants and a "
+    "bool passed to a function that subtracts it are left for you",
 ))
 FINFO_MIN_SUMMED = register(RuleInfo(
     "MC513", "finfo-min-summed", W, "source",

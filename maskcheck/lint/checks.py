@@ -611,7 +611,7 @@ class _Checkpoint(NamedTuple):
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
-            "_rsub_done", "_class_triu")
+            "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods")
@@ -735,6 +735,14 @@ class Linter:
         # First walk: function key -> its parameters that have a `_Role` (checked at the calls,
         # so not given their calls' facts: one bug, one finding, where the call passes it).
         self.role_params: dict[tuple[str, str], set[str]] = {}
+        # ... and the roles of each such parameter. A parameter whose only roles are arithmetic
+        # on the scores (`scores + m`, `scores * m`: `_USE_SITE_ROLES`) is given its calls'
+        # facts all the same, and where every call agrees the finding is made at that use in
+        # the function's body, not at the calls (second walk: `use_site`).
+        self.role_kinds: dict[tuple[tuple[str, str], str], set[str]] = {}
+        self.use_site: frozenset[tuple[tuple[str, str], str]] = frozenset()
+        # bool triu calls read inside a larger right-hand side, by node id (see `_triu`)
+        self._nested_triu: dict[int, ast.Call] = {}
         # First walk: function key -> its parameters' values on entry (annotations, the
         # tokenizer pair): a call's facts that add nothing to them need no second walk.
         self.entry_values: dict[tuple[str, str], dict[str, Value]] = {}
@@ -985,6 +993,7 @@ class Linter:
             ast.ClassDef: self._enter_class,
             ast.If: self._enter_if,
             ast.With: self._enter_with, ast.AsyncWith: self._enter_with,
+            ast.Assert: bind,
         }
 
     @staticmethod
@@ -1000,6 +1009,8 @@ class Linter:
             roles, module = iterated.element_roles, iterated.element_module
             if roles or module:  # `for layer in self.layers:` over instances of a local class
                 self.bind(node.target.id, Value(param_roles=roles, module=module))
+            elif iterated.element_mha:  # ... over torch attention modules
+                self.bind(node.target.id, Value(mha=True, module=iterated.element_mha))
 
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
@@ -1199,6 +1210,19 @@ class Linter:
     def _record_passed(self, call: ast.Call) -> None:
         """In the first walk: what a call of a function, method, class or instance of a class
         of this file passes (see `_seeded_parameters`)."""
+        key = self._callee_key(call)
+        if key is None:
+            return
+        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            kw.arg is None for kw in call.keywords)
+        self.calls.setdefault(key, []).append(_Passed(
+            tuple((self._seed_facts(a), self._passed_parameter(a)) for a in call.args),
+            {kw.arg: (self._seed_facts(kw.value), self._passed_parameter(kw.value))
+             for kw in call.keywords if kw.arg is not None}, spread))
+
+    def _callee_key(self, call: ast.Call) -> tuple[str, str] | None:
+        """The function, method, class or instance of a class of this file a call calls, keyed
+        as `_enter_signature` keys definitions."""
         func = call.func
         key: tuple[str, str] | None = None
         if isinstance(func, ast.Name):
@@ -1221,14 +1245,7 @@ class Linter:
                     key = (cls.name, func.attr)
             elif func.value.id in self._local_defs and func.attr in self._local_defs:
                 key = (func.value.id, func.attr)  # `Builders.causal(n)`
-        if key is None:
-            return
-        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
-            kw.arg is None for kw in call.keywords)
-        self.calls.setdefault(key, []).append(_Passed(
-            tuple((self._seed_facts(a), self._passed_parameter(a)) for a in call.args),
-            {kw.arg: (self._seed_facts(kw.value), self._passed_parameter(kw.value))
-             for kw in call.keywords if kw.arg is not None}, spread))
+        return key
 
     def _seed_facts(self, node: ast.AST) -> Value:
         return _seedable(self.value(node))
@@ -1318,9 +1335,19 @@ class Linter:
                 continue
             with_roles = self.role_params.get(key, set())
             for param in (*signature[0].positional, *signature[0].keyword_only):
-                if param in with_roles:
-                    continue
+                kinds = self.role_kinds.get((key, param), {""})
+                bool_only = False
+                if param in with_roles and not kinds <= _USE_SITE_ROLES:
+                    if not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
+                            "drop-fill", "keep-fill"}):
+                        continue
+                    # also a fill condition (MIST's `new_attn_mask.masked_fill_(attn_mask, ...)`
+                    # next to `attn += attn_mask`): only a bool dtype is given, which the fill
+                    # reads as it should and the addition does not
+                    bool_only = True
                 facts = seed(key, param)
+                if bool_only:
+                    facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 if facts.flag is not None and (key[1] != "__init__" or not causal_read):
                     # a flag is read through `self.causal = causal`; a function's own flag that
                     # reaches is_causal is a role, checked at its calls
@@ -1386,6 +1413,8 @@ class Linter:
         roles = tuple(done.param_roles.values())
         if self.record_calls and done.key is not None and roles:
             self.role_params.setdefault(done.key, set()).update(r.param for r in roles)
+            for r in roles:
+                self.role_kinds.setdefault((done.key, r.param), set()).add(r.role)
         result = _result_of(done)
         if result is None:
             facts = UNKNOWN
@@ -1509,6 +1538,12 @@ class Linter:
                     self._owner(node.target.id).zeroed[node.target.id] = zeroed  # `s *= keep`
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
+        elif isinstance(node, ast.Assert):
+            for name in _asserted_bool(node.test):
+                # `assert attn_mask.dtype == torch.bool` (MIST's multi_head_attention_forward):
+                # past the assertion the name holds a bool tensor
+                self.bind(name, replace(self.lookup(name), dtype="bool", zero_one=False,
+                                        float01=False, cast01=False, number=None))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 note_import(alias.name, None, alias.asname)
@@ -1530,6 +1565,12 @@ class Linter:
             self._record_passed(call)
         name = call_name(call, self.lookup)
         if name is None:
+            if isinstance(call.func, ast.Subscript) and (len(call.args) > 1 or any(
+                    kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)):
+                module = self.value(call.func)  # `self.attention_layers[i](q, k, v, ...)`
+                if module.mha:
+                    self._mha_call(call, module.module)
+                    self._inverted_kwargs(call)
             return
         if name == "scaled_dot_product_attention" and self._own_call(call):
             pass  # the file's own function of that name: what it does is read from its body
@@ -1565,6 +1606,17 @@ class Linter:
             attr = call.args[0] if call.args else None
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, param=True)
+        elif name == "append" and len(call.args) == 1 and isinstance(call.func, ast.Attribute) and (
+                isinstance(call.func.value, ast.Attribute)) and isinstance(
+                call.func.value.value, ast.Name) and call.func.value.value.id == "self":
+            # `self.attention_layers.append(nn.MultiheadAttention(d, h))` (SASRec's __init__,
+            # directly or through a name bound to the module): a list of attention modules
+            added = self.value(call.args[0])
+            if added.mha:
+                listed = call.func.value.attr
+                self._class_scope_add(listed, value=replace(
+                    self.lookup("self." + listed),
+                    element_mha=added.module or "MultiheadAttention"))
         elif name == "register_buffer" and self._class_scope() is not None and len(call.args) >= 2:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
@@ -1647,6 +1699,9 @@ class Linter:
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
         if elements is not None and elements in self._local_defs:
             facts = replace(facts, element_module=elements)
+        attention = _container_attention(value)
+        if attention is not None:  # `nn.ModuleList([nn.MultiheadAttention(d, h) for ...])`
+            facts = replace(facts, element_mha=attention)
         for target in node.targets:
             self._assign_target(target, node.value, facts)
 
@@ -1701,6 +1756,14 @@ class Linter:
             scope.zeroed[name] = reshaped
         if pending_triu is value:  # registered while reading this very right-hand side
             scope.bool_triu[name] = pending_triu
+        elif self._nested_triu or scope.bool_triu or pending_triu is not None:
+            # `y_mask = F.pad(triu(ones(bool)), (x_len, 0))`, `xy = torch.cat([x_mask, y_mask])`,
+            # `xy = xy.logical_or(pad)` (GPT-SoVITS's t2s mask): the True entries of the
+            # triangle, its diagonal among them, are still True in the result
+            carried = self._triangle_in(value, {**scope.bool_triu, **(
+                {name: pending_triu} if pending_triu is not None else {})})
+            if carried is not None:
+                scope.bool_triu[name] = carried
         scope.assigned.add(name)
         if fill:
             return
@@ -1755,6 +1818,47 @@ class Linter:
                 if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add):
                     return True
         return False
+
+    def _triangle_in(self, node: ast.AST, held: dict[str, ast.Call], depth: int = 0
+                     ) -> ast.Call | None:
+        """The bool triu call (True = hidden) whose True entries all stay True in `node`:
+        through F.pad, torch.cat/stack of a list holding it, logical_or / `|`, shape methods
+        and indexing."""
+        if depth > 6:
+            return None
+        if isinstance(node, ast.Name):
+            return held.get(node.id)
+        if isinstance(node, ast.Subscript):
+            return self._triangle_in(node.value, held, depth + 1)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return self._triangle_in(node.left, held, depth + 1) or self._triangle_in(
+                node.right, held, depth + 1)
+        if not isinstance(node, ast.Call):
+            return None
+        if id(node) in self._nested_triu:
+            return self._nested_triu[id(node)]
+        name = call_name(node, self.lookup)
+        base = receiver(node)
+        if name == "pad" and node.args and is_module_call(node):
+            return self._triangle_in(node.args[0], held, depth + 1)
+        if name in {"cat", "concat", "concatenate", "stack"} and node.args and isinstance(
+                node.args[0], (ast.List, ast.Tuple)):
+            for part in node.args[0].elts:
+                found = self._triangle_in(part, held, depth + 1)
+                if found is not None:
+                    return found
+            return None
+        if name == "logical_or":
+            operands: list[ast.expr | None] = (
+                list(node.args) if is_module_call(node) else [base, *node.args])
+            for operand in operands:
+                found = self._triangle_in(operand, held, depth + 1) if operand else None
+                if found is not None:
+                    return found
+            return None
+        if base is not None and (name in _SHAPE_KEEPING or name in {"to", "cuda", "bool"}):
+            return self._triangle_in(base, held, depth + 1)
+        return None
 
     def _forget(self, name: str, scope: _Scope | None = None) -> None:
         scope = scope or self.scope
@@ -1997,11 +2101,36 @@ class Linter:
         if isinstance(left, ast.Constant) and number(left) is not None and self.value(
                 right).dtype == "bool":
             edit = self._edit(node, f"~{self._paren(right)}") if number(
-                node.left) == 1 else None
+                node.left) == 1 and (_takes_a_bool(node, parent) or self._bound_for_bool_uses(
+                    node, parent)) else None
             self.report("MC512", node, f"{self._text(right)} is a bool tensor: "
                         f"`{self._text(node)}` "
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
+
+    def _bound_for_bool_uses(self, node: ast.AST, parent: ast.AST | None) -> bool:
+        """`inv = 1 - keep` where every read of `inv` in this function takes a bool (see
+        `_takes_a_bool`), and nothing else binds it: `~keep` can stand there (MC512's fix)."""
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
+                parent.targets[0], ast.Name) and parent.value is node):
+            return False
+        name, body = parent.targets[0].id, self.scope.node
+        if self.scope.kind != "function" or body is None:
+            return False
+        uses = 0
+        for owner in ast.walk(body):
+            for child in ast.iter_child_nodes(owner):
+                if not (isinstance(child, ast.Name) and child.id == name):
+                    continue
+                if isinstance(child.ctx, ast.Load):
+                    if not _takes_a_bool(child, owner):
+                        return False
+                    uses += 1
+                elif child is not parent.targets[0]:
+                    return False  # bound again (or deleted): the reads may see another value
+            if isinstance(owner, (ast.Global, ast.Nonlocal)) and name in owner.names:
+                return False
+        return uses > 0
 
     def _meets_scores(self, node: ast.AST) -> bool:
         """Attention scores, or a product or sum with them (`w * b` of GPT-2's `w * b - 1e10 *
@@ -2650,6 +2779,9 @@ class Linter:
             matrix, diagonal = receiver(call), argument(call, 0, "diagonal")
         if matrix is None or (diagonal is not None and not is_zero(diagonal)):
             return
+        if diagonal is None and (any(kw.arg is None for kw in call.keywords) or any(
+                isinstance(a, ast.Starred) for a in call.args)):
+            return  # `triu(m, **kw)` / `triu(*args)`: the diagonal may be passed there
         if _is_transposed(call, parent):
             return
         if self._is_additive_matrix(matrix):
@@ -2672,6 +2804,10 @@ class Linter:
                     # read it as `self.future`
                     cls.bool_triu["self." + (attr or "")] = call
                     self._class_triu = True
+                else:
+                    # inside a larger expression (`F.pad(triu(...), (n, 0), value=False)`):
+                    # the name that expression is bound to holds the triangle (`_assign_name`)
+                    self._nested_triu[id(call)] = call
 
     def _tril(self, call: ast.Call) -> None:
         """tril of a -inf matrix puts -inf below the diagonal: it hides the past."""
@@ -2714,7 +2850,12 @@ class Linter:
     def _triu_hit(self, call: ast.Call, diagonal: ast.expr | None) -> None:
         edit = self._edit(diagonal, "1") if diagonal is not None else _append_kwarg(
             call, "diagonal=1", self.source)
-        self.report("MC503", call, "triu with diagonal=0 of a -inf/True matrix masks the "
+        # on the line of the diagonal argument when the call spreads over lines and writes it
+        # on its own (what the fix changes: GPT-SoVITS's `triu(\n ones(...),\n diagonal=0,\n)`)
+        shown = diagonal if diagonal is not None and getattr(
+            diagonal, "lineno", call.lineno) != call.lineno else call
+        self.report("MC503", shown,
+                    "triu with diagonal=0 of a -inf/True matrix masks the "
                     "diagonal too (every query loses itself, the first row is empty): "
                     "use diagonal=1", edit)
 
@@ -3106,9 +3247,12 @@ class Linter:
             return
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
+        callee = self._callee_key(call) if self.use_site else None
         for entry in roles:
             passed = _role_argument(call, entry)
-            if passed is not None:
+            if passed is not None and not (
+                    entry.role in _USE_SITE_ROLES and (callee, entry.param) in self.use_site):
+                # (a parameter every call gives the same mask: reported at its use)
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
         self._bool_subtracted(call, roles)
@@ -3388,6 +3532,48 @@ def _container_class(value: ast.expr) -> str | None:
     names = {m.func.id for m in made if isinstance(m, ast.Call) and isinstance(m.func, ast.Name)}
     return names.pop() if len(names) == 1 and len(made) == sum(
         isinstance(m, ast.Call) for m in made) else None
+
+
+def _container_attention(value: ast.expr) -> str | None:
+    """`nn.ModuleList([nn.MultiheadAttention(d, h) for _ in range(n)])` (or a generator, or a
+    list of such calls): the torch attention module every element is."""
+    if not (isinstance(value, ast.Call) and call_name(value) == "ModuleList"
+            and len(value.args) == 1):
+        return None
+    arg = value.args[0]
+    made = [arg.elt] if isinstance(arg, (ast.GeneratorExp, ast.ListComp)) else list(
+        arg.elts) if isinstance(arg, ast.List) else []
+    names = {call_name(m) for m in made if isinstance(m, ast.Call)}
+    if not made or len(names) != 1 or len(made) != sum(isinstance(m, ast.Call) for m in made):
+        return None
+    name = names.pop()
+    return name if name in _ATTENTION_MODULES else None
+
+
+def _asserted_bool(test: ast.expr) -> list[str]:
+    """The names an assertion says are bool tensors: `x.dtype == torch.bool`, `x.dtype is
+    torch.bool`, and `and` of such tests."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [name for value in test.values for name in _asserted_bool(value)]
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.Is))):
+        return []
+    left, right = test.left, test.comparators[0]
+    for dtype_side, other in ((left, right), (right, left)):
+        if isinstance(dtype_side, ast.Attribute) and dtype_side.attr == "dtype" and isinstance(
+                dtype_side.value, ast.Name) and dtype_of(other) == "bool":
+            return [dtype_side.value.id]
+    return []
+
+
+# Roles of a parameter that the function's own arithmetic on its scores gives (see
+# `Linter.role_kinds`): a wrong mask there is reported where the function adds or multiplies it
+# when every call passes that mask. Not "addmin" (the function adds its own finfo.min plane to
+# the mask it is given): there the caller's finfo.min mask is the one to change.
+_USE_SITE_ROLES = frozenset({"add", "mul"})
+_ATTENTION_MODULES = frozenset({
+    "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerDecoder"})
 
 
 def _not_none_test(test: ast.expr) -> str | None:
@@ -3794,12 +3980,37 @@ def _inplace_base(node: ast.expr) -> ast.expr:
     return node
 
 
+_BOOL_CONDITIONS = frozenset({"masked_fill", "masked_fill_", "masked_select", "masked_scatter",
+                              "masked_scatter_", "where", "logical_and", "logical_or",
+                              "logical_not"})
+
+
+def _takes_a_bool(node: ast.AST, parent: ast.AST | None) -> bool:
+    """Whether `~m` can stand for `1 - m` where `node` is used (MC512's fix): as a fill or
+    select condition, an index, an operand of `&`, `|`, `^`, or a factor of a finite product
+    (`x * (1 - m)`). Not under `-`, `+` or a product with an infinity (`-(~m)` raises, `~m
+    - x` still raises, `~m * -inf` is NaN where `~m` is False)."""
+    if isinstance(parent, ast.Call):
+        name = call_name(parent)
+        return name in _BOOL_CONDITIONS and bool(parent.args) and parent.args[0] is node
+    if isinstance(parent, ast.Subscript):
+        return parent.slice is node
+    if isinstance(parent, ast.BinOp):
+        if isinstance(parent.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            return True
+        if isinstance(parent.op, ast.Mult):
+            other = parent.right if parent.left is node else parent.left
+            value = number(other)
+            return isinstance(other, ast.Name) or (value is not None and math.isfinite(value))
+    return False
+
+
 def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
     """Insert `, text` before a call's closing parenthesis."""
     end_line, end_col = call.end_lineno, call.end_col_offset
     if end_line is None or end_col is None or not source:
         return None
-    lines = source.splitlines()
+    lines = source.split("\n")  # as the parser counts lines (the linter's source is LF-only)
     before = lines[end_line - 1].encode()[:end_col - 1].decode("utf-8", "replace").rstrip()
     sep = ", " if (call.args or call.keywords) and not before.endswith(",") else ""
     return Edit(end_line, end_col - 1, end_line, end_col - 1, sep + text)
@@ -3967,14 +4178,20 @@ def lint_tree(
         if seeds:
             # again, each parameter holding what every call of this file passes for it
             first, options = linter, linter.option_defaults
+            use_site = frozenset((key, param) for key, params in seeds.items()
+                                 for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(enabled, source, path)
             linter.seeds = seeds
+            linter.use_site = use_site
             linter.option_defaults = options
-            if isinstance(tree, ast.Module) and not options and not MODULE_ALIASES.get():
+            if isinstance(tree, ast.Module) and not options and not MODULE_ALIASES.get() and (
+                    not use_site):
                 # Only the statements the seeds change (see `Linter.rerun`). With an argparse
                 # option or a module alias, the first walk read less than this one from the
                 # start: `args.X` before its `add_argument`, `th.where` before `import torch as
-                # th`; both are only ever added to.
+                # th`; both are only ever added to. With `use_site`, every call of such a
+                # helper reads differently (its finding moves to the helper's body), wherever
+                # the call is: the whole file is walked again.
                 hits = linter.rerun(tree, first)
             else:
                 hits = linter.run(tree)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import io
+import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,21 +27,39 @@ class FileFix:
             fromfile=self.path, tofile=self.path))
 
 
+def _decoded(data: bytes) -> tuple[str, str] | None:
+    """The text of a source file and the encoding to write it back in (None: not text)."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:  # a `# -*- coding: latin-1 -*-` file is written back in its own encoding
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+
+
 def fix_files(items: Sequence[tuple[str, frozenset[str]]], *, write: bool) -> list[FileFix]:
-    """The files that safe fixes change; written back when `write` (UTF-8 `.py` files only).
+    """The files that safe fixes change; written back when `write`. Python sources of any
+    name (`.py`, `.pyi`, a script without a suffix), in their own encoding; notebooks are not
+    edited (see `check`).
 
     A file with no fixable finding is never opened for writing. Unreadable files are left to
     the report that follows.
     """
     out: list[FileFix] = []
     for path, enabled in items:
-        if not path.endswith(".py"):
-            continue
         try:  # the one reading discipline of check: regular files only, bounded
             data = read_regular(path, limit=source_limit(path), what=source_kind(path))
-            text = data.decode("utf-8")
-        except (FileProblem, UnicodeDecodeError):
+        except FileProblem:
             continue
+        decoded = _decoded(data)
+        if decoded is None:
+            continue
+        text, encoding = decoded
         bom = text.startswith(_BOM)
         source = text[1:] if bom else text
         try:
@@ -48,8 +68,12 @@ def fix_files(items: Sequence[tuple[str, frozenset[str]]], *, write: bool) -> li
             continue
         if after == source:
             continue
+        try:
+            encoded = ((_BOM if bom else "") + after).encode(encoding)
+        except UnicodeEncodeError:
+            continue  # an edit the file's encoding cannot hold: left as it is
         out.append(FileFix(path, source, after))
         if write:
             with open(path, "wb") as f:
-                f.write(((_BOM if bom else "") + after).encode("utf-8"))
+                f.write(encoded)
     return out

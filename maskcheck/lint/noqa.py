@@ -6,8 +6,10 @@ Codes and rule names are both accepted (a name silences every code that carries 
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Mapping
+import tokenize
+from collections.abc import Iterator, Mapping
 
 from maskcheck.rules.registry import rules_for
 
@@ -30,24 +32,36 @@ def _codes(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def _comments(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every comment, as the tokenizer sees them: a `# noqa` inside a string
+    is not a comment, and lines are counted as the parser counts them (a form feed or U+2028
+    does not start a line)."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.string
+    except (tokenize.TokenError, SyntaxError):
+        return  # the parser accepted the file, so this is not reached in practice
+
+
 def suppressions(source: str) -> Mapping[int, frozenset[str]]:
     """Line number (1-based) -> codes silenced there (ALL for a bare noqa)."""
     lowered = source.lower()
     if "noqa" not in lowered and "maskcheck" not in lowered:
         return {}
     out: dict[int, frozenset[str]] = {}
-    for number, line in enumerate(source.splitlines(), start=1):
-        if "#" not in line:
+    for number, comment in _comments(source):
+        found: set[str] = set(out.get(number, ()))
+        if out.get(number) is ALL:
             continue
-        found: set[str] = set()
-        for m in _NOQA.finditer(line):
+        for m in _NOQA.finditer(comment):
             codes = m.group("codes")
             if codes is None:
                 out[number] = ALL
                 break
             found |= _codes(codes)
         else:
-            for m in _IGNORE.finditer(line):
+            for m in _IGNORE.finditer(comment):
                 found |= _codes(m.group("codes"))
             if found:
                 out[number] = frozenset(found)

@@ -48,6 +48,15 @@ class NotebookSource:
             return self.where[line - 1]
         return (self.where[-1][0], self.where[-1][1] + 1) if self.where else (1, line)
 
+    def locate_in_cell(self, line: int) -> tuple[int, int]:
+        """`locate`, but never line 0 (the marker line before a cell, which the parser can
+        reach from a backslash at the end of the cell before): that cell's last line then."""
+        cell, in_cell = self.locate(line)
+        while in_cell == 0 and line > 1:
+            line -= 1
+            cell, in_cell = self.locate(line)
+        return (cell, in_cell) if in_cell else (cell, 1)
+
 
 def _cell_text(cell: dict[str, Any], number: int) -> str:
     source = cell.get("source", "")
@@ -148,6 +157,21 @@ def _is_python(metadata: object) -> bool:
     return True
 
 
+_LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
+
+
+def cell_relative(message: str, nb: NotebookSource, cell: int) -> str:
+    """A SyntaxError message with its `line N` references (`after function definition on line
+    6`, `(detected at line 5)`) turned from lines of the joined module into lines of a cell:
+    `line 2` in the cell of the error, `line 2 of cell 1` in another one."""
+
+    def relative(match: re.Match[str]) -> str:
+        ref_cell, ref_line = nb.locate_in_cell(int(match.group(1)))
+        return f"line {ref_line}" + ("" if ref_cell == cell else f" of cell {ref_cell}")
+
+    return _LINE_REFERENCE.sub(relative, message)
+
+
 def lint_notebook(data: bytes, enabled: frozenset[str], *, path: str,
                   lint: LintSource) -> list[Finding]:
     """Findings of `lint(source, enabled, path=...)` on the notebook's code, each carrying
@@ -159,9 +183,11 @@ def lint_notebook(data: bytes, enabled: frozenset[str], *, path: str,
     try:
         findings = lint(nb.source, enabled, path=path)
     except SyntaxError as e:
-        cell, line = nb.locate(e.lineno or 1)
-        column = f", column {e.offset}" if e.offset else ""
-        raise ValueError(f"syntax error in cell {cell} at line {line}{column}: {e.msg}") from None
+        cell, line = nb.locate_in_cell(e.lineno or 1)
+        on_marker = nb.locate(e.lineno or 1)[1] == 0  # its column is not one of the cell's
+        column = f", column {e.offset}" if e.offset and not on_marker else ""
+        message = cell_relative(e.msg, nb, cell)
+        raise ValueError(f"syntax error in cell {cell} at line {line}{column}: {message}") from None
     out: list[Finding] = []
     for f in findings:
         if f.line is None:

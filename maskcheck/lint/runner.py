@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import io
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -126,6 +127,7 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
         report.error = f"syntax error{where}: {e.msg}"
+        report.error_line, report.error_col = e.lineno, e.offset or None
     except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     except Exception as e:  # a linter bug costs this file an error line, not the whole run
@@ -191,11 +193,19 @@ def lint_files(
     return [by_path[path] for path, _ in items]
 
 
+def source_lines(source: str) -> list[str]:
+    """The lines of a source with their endings, split where the parser splits them: at
+    `\n`, `\r\n` and `\r` only (`str.splitlines` also splits at a form feed, U+2028 and
+    other characters Python allows inside a line)."""
+    return io.StringIO(source, newline="").readlines()
+
+
 def fixed_source(source: str, enabled: frozenset[str], *, path: str = "<source>") -> str:
     """The source with every safe fix of an unsuppressed finding applied (same text if none).
 
     Edits are made on the original lines, so line endings, encoding and everything else in
-    the file stay as they were; an edit that spans lines or overlaps another is left out.
+    the file stay as they were; an edit that spans lines or overlaps another is left out, and
+    so is a line's edits that would leave the file unparsable (the other lines' are kept).
     """
     safe = frozenset(c for c in enabled if (rule := get_rule(c)) is not None and rule.safe_fix)
     if not safe:
@@ -204,26 +214,43 @@ def fixed_source(source: str, enabled: frozenset[str], *, path: str = "<source>"
     edits = [e for e in edits if e.line == e.end_line]
     if not edits:
         return source
-    lines = source.splitlines(keepends=True)
+    original = source_lines(source)
     by_line: dict[int, list[Edit]] = {}
     for edit in edits:
-        by_line.setdefault(edit.line, []).append(edit)
-    for number, line_edits in by_line.items():
-        if number > len(lines):
-            continue
-        raw = lines[number - 1]
-        body = raw.rstrip("\r\n")
-        data = body.encode("utf-8")
-        last_start = len(data) + 1
-        for edit in sorted(line_edits, key=lambda e: e.col, reverse=True):
-            if edit.end_col > last_start or edit.end_col > len(data):
-                continue  # overlaps the edit to its right
-            data = data[:edit.col] + edit.text.encode("utf-8") + data[edit.end_col:]
-            last_start = edit.col
-        lines[number - 1] = data.decode("utf-8") + raw[len(body):]
-    fixed = "".join(lines)
+        if edit.line <= len(original):
+            by_line.setdefault(edit.line, []).append(edit)
+    changed = {number: _edited_line(original[number - 1], line_edits)
+               for number, line_edits in sorted(by_line.items())}
+    lines = list(original)
+    for number, text in changed.items():
+        lines[number - 1] = text
+    if _parses("".join(lines), path):
+        return "".join(lines)
+    # Some line's edits met an unusual layout (a trailing comma on its own line...): keep
+    # each line's edits only if the file still parses with them and the ones kept before.
+    lines = list(original)
+    for number, text in changed.items():
+        lines[number - 1] = text
+        if not _parses("".join(lines), path):
+            lines[number - 1] = original[number - 1]
+    return "".join(lines)
+
+
+def _edited_line(raw: str, line_edits: list[Edit]) -> str:
+    body = raw.rstrip("\r\n")
+    data = body.encode("utf-8")
+    last_start = len(data) + 1
+    for edit in sorted(line_edits, key=lambda e: e.col, reverse=True):
+        if edit.end_col > last_start or edit.end_col > len(data):
+            continue  # overlaps the edit to its right
+        data = data[:edit.col] + edit.text.encode("utf-8") + data[edit.end_col:]
+        last_start = edit.col
+    return data.decode("utf-8") + raw[len(body):]
+
+
+def _parses(source: str, path: str) -> bool:
     try:
-        ast.parse(fixed, filename=path)
+        ast.parse(source, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return source  # an edit met an unusual layout (a trailing comma on its own line...)
-    return fixed
+        return False
+    return True

@@ -43,7 +43,8 @@ _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "l
 _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
 # Methods of tensors (and arrays) that a Python bool lacks.
 _ARRAY_METHODS = _KEEPS_VALUES | _TRANSPOSES | {
-    "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as"}
+    "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as", "byte",
+    "char", "short"}
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
 # The float dtype facts: float32, float16 and bfloat16 (same range as float32, so -1e9 fits).
@@ -109,6 +110,10 @@ class Value:
     element_roles: tuple[Any, ...] = ()
     # ... and the class of this file every element is an instance of (its calls are keyed by it)
     element_module: str | None = None
+    # A ModuleList (or list) of torch attention modules (`nn.ModuleList([nn.MultiheadAttention(d,
+    # h) for _ in range(n)])`, or filled by `.append` in __init__): the module every element is
+    # (`self.layers[i](q, k, v, attn_mask=m)`, `for layer in self.layers: layer(...)`)
+    element_mha: str | None = None
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
@@ -595,6 +600,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(dtype="int", hf_keep=True)
     if _cache_prefix(node):
         return Value(cached=True)
+    if base.element_mha:  # `self.attention_layers[i]`: one of the attention modules
+        return Value(mha=True, module=base.element_mha)
     if _last_position_index(key):
         return replace(base, last_position=True, tokens=False, api=None, mha=False,
                        number=None, tri=None) if base else Value(last_position=True)
@@ -799,6 +806,12 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)
           or (isinstance(op, ast.Gt) and c == 0)):
         out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep, keep_mask=lv.keep_mask)
+        if not isinstance(op, ast.NotEq) and last_name(left) == "attention_mask" and not (
+                lv.additive or lv.finfo_min or lv.hf_keep_inverted or lv.dtype == "bool"):
+            # `attention_mask == 1`, `attention_mask > 0` (torchTextClassifiers' LabelAttention):
+            # only a 0/1 Hugging Face mask makes the test mean anything (an additive 0 / -inf
+            # mask is never 1 nor above 0), and there it is True at the real tokens
+            out = replace(out, keep_mask=True)
     return out
 
 
@@ -1160,6 +1173,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         autocast = lookup(AUTOCAST).dtype
         if autocast is not None:
             return Value(dtype=autocast)  # `q.matmul(k)` under autocast
+    if name == "zero_":
+        # zeroed in place: the receiver's dtype, 0 everywhere (`m.byte().zero_()`)
+        return Value(dtype=base.dtype, zeros=True) if base.dtype in {"bool", "int"} else base
     if name == "requires_grad_":
         flag = call.args[0] if call.args else kwarg(call, "requires_grad")
         return replace(base, grad=flag is None or not is_zero(flag))
@@ -1171,7 +1187,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return _retyped(base, "bf16")
     if name == "bool":
         return replace(base, dtype="bool", zero_one=False, number=None, float01=False)
-    if name in {"long", "int"}:
+    if name in {"long", "int", "byte", "char", "short"}:
+        # `.byte()` is uint8 (deepvoice3's `new(b, t).byte().zero_()` length mask), `.char()`
+        # int8, `.short()` int16: integer casts like `.long()`
         base_node = receiver(call)
         masked = base_node is not None and _names_mask(base_node)
         return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep,

@@ -61,12 +61,14 @@ def statistics_lines(report: Report) -> list[str]:
 
 def summary_line(report: Report) -> str:
     findings: list[Finding] = report.all_findings()
-    files = len(report.files)
-    checked = f"{files} file{'s' if files != 1 else ''}"
     unreadable = report.unreadable
+    files = len(report.files) - unreadable  # the files that were read and checked
+    checked = f"{files} file{'s' if files != 1 else ''}"
     tail = f"; {unreadable} could not be read" if unreadable else ""
-    if not findings:
-        return f"All checks passed ({checked}){tail}."
+    if not findings and not unreadable:
+        return f"All checks passed ({checked})."
+    if not findings:  # nothing passed that was not read
+        return f"No problems found in {checked}{tail}."
     counts = report.counts()
     parts = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s])
     n = len(findings)

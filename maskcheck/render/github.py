@@ -38,8 +38,10 @@ def render(report: Report) -> str:
         # finds the file); other control characters and undecodable bytes are shown escaped.
         path = "\n".join(printable_path(part) for part in file.path.split("\n"))
         if file.error is not None:
+            # the line (and column) of a syntax error, when known, as for a finding
             out.append(_command("error", f"{printable_path(file.path)}: {file.error}",
-                                file=path, title="maskcheck (unreadable)"))
+                                file=path, line=file.error_line, col=file.error_col,
+                                title="maskcheck (unreadable)"))
         for f in sorted(file.findings, key=lambda f: (f.cell or 0, f.line or 0, f.col or 0)):
             out.append(_finding(path, f, location(printable_path(file.path), f)))
         for t in file.tensors:

@@ -43,17 +43,17 @@ def _result(f: Finding, path: str, index: dict[str, int], tensor: str | None) ->
     text = f.message if tensor is None else f"{tensor}: {f.message}"
     result: dict[str, Any] = {"ruleId": f.code, "ruleIndex": index[f.code],
                               "level": _LEVEL[f.severity]}
+    # Code scanning (GitHub) refuses a result without `region.startLine`.
+    region: dict[str, int] = {"startLine": f.line if f.line is not None else 1}
+    if f.line is not None:
+        region["startColumn"] = f.col or 1
+    physical["region"] = region
     if f.cell is not None:
-        # A notebook: the line is in a cell, not in the .ipynb JSON, so no region; the cell
-        # is a logical location and the message says where.
+        # A notebook: the region is the line (and column) within the cell, not a line of
+        # the .ipynb JSON; the cell is a logical location, and the message says where.
         text = f"cell {f.cell}, line {f.line}: {text}"
         location["logicalLocations"] = [{"name": f"cell {f.cell}", "kind": "module"}]
         result["properties"] = {"cell": f.cell, "line": f.line, "column": f.col or 1}
-    else:
-        region: dict[str, int] = {"startLine": f.line if f.line is not None else 1}
-        if f.line is not None:
-            region["startColumn"] = f.col or 1
-        physical["region"] = region
     if tensor is not None:
         location["logicalLocations"] = [{"name": tensor, "kind": "variable"}]
     result["message"] = {"text": text}
@@ -68,10 +68,14 @@ def render(report: Report, version: str) -> dict[str, Any]:
     notes: list[dict[str, Any]] = []
     for file in report.files:
         if file.error is not None:
+            physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(file.path)}}
+            if file.error_line is not None:  # a syntax error: where it is, as for a result
+                physical["region"] = {"startLine": file.error_line,
+                                      "startColumn": file.error_col or 1}
             notes.append({
                 "level": "error",
                 "message": {"text": f"{file.path}: {file.error}"},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(file.path)}}}],
+                "locations": [{"physicalLocation": physical}],
             })
         for f in file.findings:
             results.append(_result(f, file.path, index, None))

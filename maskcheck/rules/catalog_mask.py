@@ -26,10 +26,12 @@ register(RuleInfo(
     "pytorch/pytorch#131060), nn.MultiheadAttention's need_weights=True path and its eval fast "
     "path return NaN (pytorch/pytorch#41508), an eager softmax returns NaN, and a finfo.min "
     "mask gives uniform attention over the masked keys (in fp16, the unmasked result). NaN "
-    "poisons the gradients of the whole batch. Rows of padded *queries* in a left-padded causal "
-    "mask are empty by construction (a pad token sees neither the past padding nor itself); "
-    "those are reported as a warning: harmless on SDPA's zero path, NaN elsewhere. Rows of real "
-    "tokens that see nothing, or sequences that are all padding, are errors.",
+    "poisons the gradients of the whole batch. Rows of padded *queries* (in a left-padded causal "
+    "mask a pad token sees neither the past padding nor itself; a padding mask of the same file "
+    "or call also says which queries are padding) are empty by construction; those are reported "
+    "as info, since their outputs are discarded (if they are kept, zero them: SDPA gives zeros, "
+    "other paths NaN or uniform attention). Rows of real tokens that see nothing, or sequences "
+    "that are all padding, are errors.",
     "key_padding_mask = torch.tensor([[False, False, False],\n"
     "                                 [True,  True,  True]])   # sequence 1 is all padding\n"
     "mha(x, x, x, key_padding_mask=key_padding_mask)           # NaN for sequence 1",

@@ -30,6 +30,9 @@ class RuleInfo:
     # true of correct stock masks too, so it would be noise by default.
     opt_in: bool = False
     safe_fix: bool = False  # `check --fix` rewrites the code (source rules only)
+    # With safe_fix, when only some findings of the rule get a fix: the forms that are
+    # rewritten, and what is not (explain says "sometimes" then, not "always").
+    fix_covers: str = ""
 
 
 _RULES: dict[str, RuleInfo] = {}

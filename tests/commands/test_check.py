@@ -105,7 +105,27 @@ def test_unreadable_sources_are_reported_and_the_rest_checked(tmp_path: Path, ba
     assert f"{tmp_path / 'latin.py'}: error: not UTF-8 text" in out
     assert f"{tmp_path / 'blob.py'}: error: binary file" in out
     assert f"{bad}:2:30: MC501" in out
-    assert "3 could not be read" in out.splitlines()[-1]
+    # the count is of the files that were read: bad, plus nothing else
+    assert out.splitlines()[-1] == ("Found 2 problems (1 error, 1 warning) in 1 file; "
+                                    "3 could not be read.")
+
+
+def test_summary_never_says_all_checks_passed_when_a_file_was_not_read(tmp_path: Path) -> None:
+    latin = tmp_path / "bad_latin1.py"
+    latin.write_bytes(b"x = '\xe9'\n")
+    clean = tmp_path / "clean.py"
+    clean.write_text(CLEAN)
+    alone = cli(str(latin))
+    assert alone.returncode == 2
+    assert alone.stdout.splitlines() == [
+        f"{latin}: error: not UTF-8 text (byte 0xe9 at offset 5)",
+        "No problems found in 0 files; 1 could not be read."]
+    both = cli(str(latin), str(clean))
+    assert both.returncode == 2
+    assert both.stdout.splitlines()[-1] == "No problems found in 1 file; 1 could not be read."
+    stats = cli("--statistics", str(latin), str(clean))
+    assert stats.stdout.splitlines()[-1] == "No problems found in 1 file; 1 could not be read."
+    assert cli(str(clean)).stdout == "All checks passed (1 file).\n"
 
 
 def test_json_has_the_contract_shape(bad: Path) -> None:
@@ -157,6 +177,31 @@ def test_sarif_is_valid_2_1_0_with_a_rule_and_line_per_result(bad: Path) -> None
     assert src["level"] == "warning"
 
 
+def test_sarif_notebook_results_have_a_region_within_the_cell(tmp_path: Path,
+                                                              bad: Path) -> None:
+    # GitHub code scanning rejects a result whose physicalLocation has no region.startLine
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# notes\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch\n", "x = 1\n",
+                         "s = scores.masked_fill(mask, -1e9)\n"]}]
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                              "nbformat_minor": 5}))
+    doc = json.loads(cli("--format", "sarif", str(nb), str(bad)).stdout)
+    _check_sarif(doc)
+    results = doc["runs"][0]["results"]
+    cell = next(x for x in results if x["locations"][0].get("logicalLocations"))
+    (location,) = cell["locations"]
+    assert location["physicalLocation"]["region"] == {"startLine": 3, "startColumn": 30}
+    assert location["logicalLocations"] == [{"name": "cell 2", "kind": "module"}]
+    assert cell["properties"] == {"cell": 2, "line": 3, "column": 30}
+    assert cell["message"]["text"].startswith("cell 2, line 3: ")
+    # a .py result has the same shape of region
+    src = next(x for x in results if x["ruleId"] == "MC501" and x is not cell)
+    assert src["locations"][0]["physicalLocation"]["region"] == {"startLine": 2,
+                                                                 "startColumn": 30}
+
+
 def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("def f(:\n    x.masked_fill(m, -1e9)\n")
     r = cli("--format", "sarif", str(tmp_path))
@@ -174,6 +219,26 @@ def test_github_annotations(bad: Path) -> None:
     assert lines[0].startswith(f"::warning file={bad},line=2,col=30,title=maskcheck (MC501)::")
     assert lines[1].startswith(f"::error file={bad},line=3,col=5,title=maskcheck (MC503)::")
     assert r.returncode == 1
+
+
+def test_github_annotation_of_a_syntax_error_has_its_line_and_column(tmp_path: Path) -> None:
+    import re
+
+    (tmp_path / "bad.py").write_text("import torch\n\ndef f(:\n    pass\n")
+    (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")
+    r = cli("--format", "github", "bad.py", "latin.py", cwd=tmp_path)
+    assert r.returncode == 2
+    syntax, latin = r.stdout.splitlines()
+    # the column the parser gives depends on the Python version: any column
+    assert re.fullmatch(r"::error file=bad\.py,line=3,col=(\d+),title=maskcheck \(unreadable\)"
+                        r"::bad\.py: syntax error at line 3, column \1: .+", syntax), syntax
+    # no line is known for undecodable bytes: the annotation goes on the file
+    assert latin.startswith("::error file=latin.py,title=maskcheck (unreadable)::latin.py: ")
+    # SARIF's notification for it has the same region
+    doc = json.loads(cli("--format", "sarif", "bad.py", cwd=tmp_path).stdout)
+    (note,) = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    region = note["locations"][0]["physicalLocation"]["region"]
+    assert region["startLine"] == 3 and region["startColumn"] >= 1
 
 
 def test_statistics(bad: Path, tmp_path: Path) -> None:
@@ -227,3 +292,16 @@ def test_fixture_tree_through_cli() -> None:
     assert r.returncode == 1
     fixture_codes = {p.name.split("_")[0] for p in LINT_FIXTURES.glob("MC5*.py")}
     assert {line.split()[1] for line in r.stdout.splitlines()[:-1]} == fixture_codes
+
+
+def test_a_pt_file_without_torch_says_how_to_install_it_and_under_pre_commit(
+        tmp_path: Path) -> None:
+    (tmp_path / "mask.pt").write_bytes(b"PK\x03\x04 not read without torch")
+    script = ("import sys\nsys.modules['torch'] = None  # torch is not installed\n"
+              "from maskcheck.cli import main\nraise SystemExit(main(['check', 'mask.pt']))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2
+    assert r.stdout.splitlines()[0] == (
+        "mask.pt: error: reading .pt files needs torch: pip install 'maskcheck[torch]' "
+        "(in a pre-commit hook: additional_dependencies: [torch])")

@@ -76,3 +76,44 @@ def test_explain_unknown_rule_is_a_usage_error() -> None:
 def test_explain_json() -> None:
     doc = json.loads(run("explain", "MC050", "--format", "json").stdout)
     assert doc["code"] == "MC050" and doc["name"] == "dense-causal-mask"
+
+
+def test_explain_mc002_says_the_severity_check_gives_pad_query_rows(tmp_path: Path) -> None:
+    import numpy as np
+
+    # a left-padded causal float mask (HF eager style): sequence 0 has 2 pad tokens
+    length = 6
+    mask = np.zeros((2, 1, length, length), np.float32)
+    for b, pad in enumerate((2, 0)):
+        keep = np.tril(np.ones((length, length), bool))
+        keep[:, :pad] = False
+        mask[b, 0][~keep] = np.finfo(np.float32).min
+    path = tmp_path / "causal_mask.npy"
+    np.save(path, mask)
+    check = run("check", "--format", "json", str(path))
+    (finding,) = json.loads(check.stdout)["files"][0]["tensors"][0]["findings"]
+    assert (finding["code"], finding["severity"]) == ("MC002", "info")
+    assert "pad query rows" in finding["message"]
+    explained = " ".join(run("explain", "MC002").stdout.split())
+    assert "those are reported as info" in explained
+    assert "as a warning" not in explained
+
+
+def test_explain_says_which_findings_fix_rewrites(tmp_path: Path) -> None:
+    # -inf written through triu_indices is MC503 too, and --fix never rewrites it
+    source = tmp_path / "model.py"
+    source.write_text("import torch\n\n\ndef attend(x, n):\n    idx = torch.triu_indices(n, n)\n"
+                      "    x[:, idx[0], idx[1]] = float('-inf')\n    return x\n")
+    found = run("check", str(source))
+    assert found.returncode == 1 and ": MC503 triu_indices" in found.stdout
+    diff = run("check", "--diff", str(source))
+    assert (diff.returncode, diff.stdout) == (0, "")
+    mc503 = run("explain", "MC503").stdout
+    assert "Fix is always available" not in mc503
+    fix_line = mc503.splitlines()[-1]
+    assert fix_line.startswith("Fix is sometimes available") and "triu_indices" in fix_line
+    assert "Fix is sometimes available" in run("explain", "MC512").stdout
+    for rule in all_rules():
+        if rule.safe_fix:
+            text = run("explain", rule.code).stdout
+            assert ("Fix is sometimes available" in text) == bool(rule.fix_covers), rule.code

@@ -104,6 +104,37 @@ def test_a_syntax_error_is_located_by_cell(tmp_path: Path) -> None:
     assert error is not None and error.startswith("syntax error in cell 3 at line ")
 
 
+THREE_LINES = code(["x = 1\n", "y = 2\n", "z = 3"])
+
+
+@pytest.mark.parametrize(("cells", "cell", "line", "message"), [
+    # every line a message names is a line of a cell (the error's cell unless it says which);
+    # columns and the exact line the parser stops at vary with the Python version
+    ([THREE_LINES, code(["def f():\n", "\n", "# nothing"])], 2, "[1-3]",
+     "expected an indented block after function definition on line 1"),
+    ([THREE_LINES, code('s = "abc')], 2, "1", "unterminated string literal (detected at line 1)"),
+    ([markdown("m"), THREE_LINES, code('s = """abc\n\nmore')], 3, "1",
+     "unterminated triple-quoted string literal (detected at line 3)"),
+    ([code("def f():"), code("x = 1")], 2, "1",
+     "expected an indented block after function definition on line 1 of cell 1"),
+    ([code("x = [1,\n"), code("2)")], 2, "1",
+     "closing parenthesis ')' does not match opening parenthesis '[' on line 1 of cell 1"),
+    # a backslash ending a cell runs into the next cell's marker line: the cell with the backslash
+    ([code("x = 1 + \\"), code("y = 2")], 1, "1", "invalid syntax"),
+])
+def test_syntax_error_lines_are_lines_of_cells(tmp_path: Path, cells: list[dict[str, Any]],
+                                               cell: int, line: str, message: str) -> None:
+    import re
+
+    (tmp_path / "nb.ipynb").write_bytes(notebook(*cells))
+    r = _cli("nb.ipynb", cwd=tmp_path)
+    assert r.returncode == 2
+    first = r.stdout.splitlines()[0]
+    pattern = (rf"nb\.ipynb: error: syntax error in cell {cell} at line {line}"
+               rf"(, column \d+)?: {re.escape(message)}")
+    assert re.fullmatch(pattern, first), first
+
+
 def test_a_notebook_in_another_language_has_nothing_to_lint(tmp_path: Path) -> None:
     found, error = lint_nb(tmp_path, notebook(code(FILL), language="R"))
     assert found == [] and error is None
@@ -154,7 +185,9 @@ def test_every_output_format_locates_the_cell(tmp_path: Path) -> None:
     assert result["properties"] == {"cell": 2, "line": 2, "column": 30}
     assert result["message"]["text"].startswith("cell 2, line 2: -1e9")
     location = result["locations"][0]
-    assert location["physicalLocation"] == {"artifactLocation": {"uri": "sub/nb.ipynb"}}
+    # GitHub code scanning needs region.startLine: the line and column within the cell
+    assert location["physicalLocation"] == {"artifactLocation": {"uri": "sub/nb.ipynb"},
+                                            "region": {"startLine": 2, "startColumn": 30}}
     assert location["logicalLocations"] == [{"name": "cell 2", "kind": "module"}]
     github = _cli("--format", "github", "sub/nb.ipynb", cwd=tmp_path).stdout
     assert github.startswith("::warning file=sub/nb.ipynb,title=maskcheck (MC501)::"

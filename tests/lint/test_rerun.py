@@ -158,8 +158,11 @@ def _whole_second_walk(tree: ast.Module, source: str) -> list[Hit]:
         seeds = linter._seeded_parameters()
         if seeds:
             options = linter.option_defaults
+            use_site = frozenset((key, param) for key, params in seeds.items()
+                                 for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(SOURCE_CODES, source, "a.py")
             linter.seeds = seeds
+            linter.use_site = use_site
             linter.option_defaults = options
             hits = linter.run(tree)
         if linter.param_hits:
@@ -181,9 +184,10 @@ def test_every_linter_attribute_is_classified() -> None:
     (`_CARRIED`), shared as a cache (`_SHARED`), or be one of those below; otherwise the second
     walk may start a statement from a state that lacks it."""
     fixed = {"enabled", "source", "test_module", "displays", "fp32_only", "record_calls",
-             "seeds", "calls_to", "option_defaults"}
+             "seeds", "calls_to", "option_defaults", "use_site"}
     output = {"hits", "param_hits", "walked_hits", "scopes"}
-    recorded = {"defs", "calls", "role_params", "entry_values", "checkpoints", "entered"}
+    recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
+                "entered"}
     # keyed by an `if` or statement node, set and read within it
     within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots"}
     source = (FIXTURES / "MC506_causal_with_mask.py").read_text()
