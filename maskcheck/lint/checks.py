@@ -2012,7 +2012,8 @@ class Linter:
             eye = isinstance(other, ast.Call) and is_module_call(other) and call_name(
                 other, self.lookup) == "eye" and dtype_of(kwarg(other, "dtype")) != "bool"
             if (is_neg_inf(big, self.lookup) or self._full_of_neg_inf(big)) and (
-                    self.value(other).zero_one or mentions_mask(other) or one_minus(other) or eye):
+                    self.value(other).zero_one or mentions_mask(other) or one_minus(other) or eye
+                    or self.value(other).dtype == "bool"):  # `(~keep) * -inf`: False * -inf
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")

@@ -1,7 +1,7 @@
 """Inline suppressions: `# noqa`, `# noqa: MC501,MC503`, `# maskcheck: ignore[MC501]`.
 
 Codes and rule names are both accepted (a name silences every code that carries it); a bare
-`# noqa` silences every rule on its line.
+`# noqa` or `# maskcheck: ignore` silences every rule on its line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from maskcheck.rules.registry import rules_for
 
 ALL = frozenset({"*"})
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[\w\-]+(?:[ \t]*,[ \t]*[\w\-]+)*))?", re.I)
-_IGNORE = re.compile(r"#\s*maskcheck:\s*ignore\[(?P<codes>[^\]]*)\]", re.I)
+_IGNORE = re.compile(r"#\s*maskcheck:\s*ignore(?:\[(?P<codes>[^\]]*)\]|(?![\w\[-]))", re.I)
 
 
 def _codes(text: str) -> frozenset[str]:
@@ -51,20 +51,18 @@ def suppressions(source: str) -> Mapping[int, frozenset[str]]:
         return {}
     out: dict[int, frozenset[str]] = {}
     for number, comment in _comments(source):
-        found: set[str] = set(out.get(number, ()))
         if out.get(number) is ALL:
             continue
-        for m in _NOQA.finditer(comment):
-            codes = m.group("codes")
-            if codes is None:
-                out[number] = ALL
-                break
+        found: set[str] = set(out.get(number, ()))
+        codes_of = [m.group("codes") for m in (*_NOQA.finditer(comment),
+                                               *_IGNORE.finditer(comment))]
+        if any(codes is None for codes in codes_of):  # a bare `# noqa` / `# maskcheck: ignore`
+            out[number] = ALL
+            continue
+        for codes in codes_of:
             found |= _codes(codes)
-        else:
-            for m in _IGNORE.finditer(comment):
-                found |= _codes(m.group("codes"))
-            if found:
-                out[number] = frozenset(found)
+        if found:
+            out[number] = frozenset(found)
     return out
 
 

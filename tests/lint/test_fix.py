@@ -213,3 +213,16 @@ def test_mc512_fix_computes_what_1_minus_an_int_mask_would(use: str) -> None:
                 "x * (1 - keep)": x * inverse,
                 "(1 - keep) & keep": inverse.bool() & keep}[use]
     assert torch.equal(got, intended)
+
+
+@pytest.mark.parametrize(("comment", "silenced"), [
+    ("# maskcheck: ignore", True),
+    ("# maskcheck: ignore[MC501]", True),
+    ("# maskcheck: ignore[MC503]", False),
+    ("# maskcheck: ignored by hand", False),
+    ("# maskcheck: ignore-me", False),
+])
+def test_bare_maskcheck_ignore_silences_the_line(comment: str, silenced: bool) -> None:
+    src = ("def f(scores, mask):\n    scores = scores.half()\n"
+           f"    return scores.masked_fill(mask, -1e9)  {comment}\n")
+    assert (find_hits(src, frozenset({"MC501"})) == []) is silenced
