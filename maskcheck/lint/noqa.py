@@ -56,7 +56,7 @@ def suppressions(source: str) -> Mapping[int, frozenset[str]]:
         found: set[str] = set(out.get(number, ()))
         codes_of = [m.group("codes") for m in (*_NOQA.finditer(comment),
                                                *_IGNORE.finditer(comment))]
-        if any(codes is None for codes in codes_of):  # a bare `# noqa` / `# maskcheck: ignore`
+        if any(codes is None for codes in codes_of):  # bare (no codes): every rule on the line
             out[number] = ALL
             continue
         for codes in codes_of:
