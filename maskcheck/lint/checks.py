@@ -209,6 +209,9 @@ class _Role(NamedTuple):
     role: str
     use: ast.AST
     param: str
+    # False where the function only passes the parameter on to another function of this file
+    # that does it (a wrapper): the use is then a hand-over, not a reading of the mask.
+    direct: bool = True
 
 
 class _Param(NamedTuple):
@@ -614,7 +617,7 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
             "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
-           "_softmax_inputs", "_parent_of", "_grad_methods")
+           "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -752,6 +755,10 @@ class Linter:
         # Class node -> the methods its forward / __call__ / training_step reach through
         # `self.name(...)` calls (see `_on_grad_path`).
         self._grad_methods: dict[int, frozenset[str]] = {}
+        # Names of the classes of this file that another class of it instantiates (read only
+        # when a function takes an unannotated `model`, see `_file_model`).
+        # ... and those that define forward (an nn.Module, by its method).
+        self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
         # First walk of a module (see `rerun`): the state before each top-level statement and
         # after the last, with how many hits, `param_hits` and entered functions came before;
         # and the hits in the order the walk made them.
@@ -1004,13 +1011,18 @@ class Linter:
     def _enter_for(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.For)
         self._push_bind(node, parent, stack)
-        if isinstance(node.target, ast.Name):
-            iterated = self.value(node.iter)
+        target, source = node.target, node.iter
+        if (isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(source, ast.Call)
+                and isinstance(source.func, ast.Name) and source.func.id == "enumerate"
+                and len(source.args) == 1 and not source.keywords):
+            target, source = target.elts[1], source.args[0]  # `for i, layer in enumerate(...)`
+        if isinstance(target, ast.Name):
+            iterated = self.value(source)
             roles, module = iterated.element_roles, iterated.element_module
             if roles or module:  # `for layer in self.layers:` over instances of a local class
-                self.bind(node.target.id, Value(param_roles=roles, module=module))
+                self.bind(target.id, Value(param_roles=roles, module=module))
             elif iterated.element_mha:  # ... over torch attention modules
-                self.bind(node.target.id, Value(mha=True, module=iterated.element_mha))
+                self.bind(target.id, Value(mha=True, module=iterated.element_mha))
 
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
@@ -1129,6 +1141,11 @@ class Linter:
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
                         _annotation_name(arg.annotation) or ""])
+                elif (arg.arg == "model" and arg.annotation is None and self._class_roles
+                      and self.scope.kind != "class"):
+                    model = self._file_model()
+                    if model is not None:  # `def evaluate(data_iter, model, device):`
+                        scope.values[arg.arg] = Value(param_roles=self._class_roles[model])
                 if self._class_fields and (
                         _annotation_name(arg.annotation) in self._class_fields):
                     # `cfg: DecoderConfig`: `cfg.causal` holds the field's default unless a
@@ -1627,6 +1644,11 @@ class Linter:
                 func.value, ast.Name) and func.value.id == "self" else None)
         if callee is not None and self._roles_known:  # a function of the file, or an instance
             roles = self.lookup(callee).param_roles
+            if not roles and callee == "model" and self._class_roles and not any(
+                    "model" in scope.values or "model" in scope.assigned
+                    for scope in self.scopes):
+                model = self._file_model()  # a free `model`, as a parameter named so (below)
+                roles = self._class_roles[model] if model is not None else ()
             if roles:
                 self._helper_call(call, roles)
         if isinstance(call.func, (ast.Attribute, ast.Name)) and (len(call.args) > 1 or any(
@@ -1644,6 +1666,34 @@ class Linter:
         self._note_mutations(call, name)
         if name == "masked_fill_":
             self._inplace_fill(call)
+
+    def declare_classes(self, class_roles: dict[str, tuple[_Role, ...]]) -> None:
+        """Start the walk knowing what these classes' forward does with its parameters (classes
+        defined below their first use, see `lint_tree`)."""
+        if class_roles:
+            self._class_roles.update(class_roles)
+            self._roles_known = True
+
+    def _file_model(self) -> str | None:
+        """The model a training or evaluation function of this file takes as `model`: the one
+        class defined above with a forward that no other class of the file instantiates (the
+        top of its module tree), when that forward has `_Role`s; None when there are several
+        such classes or none."""
+        if self._submodules is None:
+            inner: set[str] = set()
+            modules: set[str] = set()
+            for node in ast.walk(self._tree) if self._tree is not None else ():
+                if isinstance(node, ast.ClassDef):
+                    inner.update(call.func.id for call in ast.walk(node) if isinstance(
+                        call, ast.Call) and isinstance(call.func, ast.Name))
+                    if any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and m.name == "forward" for m in node.body):
+                        modules.add(node.name)
+            self._submodules = (frozenset(inner), frozenset(modules))
+        inner_names, modules_names = self._submodules
+        roots = [name for name in self._class_attrs
+                 if name in modules_names and name not in inner_names]
+        return roots[0] if len(roots) == 1 and roots[0] in self._class_roles else None
 
     def _at_top_level(self, statement: ast.stmt) -> bool:
         """The last top-level statement of a cell (cells split at `# %%` / `# In[` lines; a
@@ -1789,7 +1839,7 @@ class Linter:
                 for key, helper in list(outer.values.items()):
                     if key.startswith(prefix):
                         scope.values[name + "." + key[len(prefix):]] = helper
-        if scope.kind == "function" and scope is self.scope:
+        if scope.kind != "class" and scope is self.scope:
             scope.derived[name] = value  # `pad = attention_mask == 0` (see `_parameter_behind`)
         if isinstance(value, ast.Call):
             function = self.value(value.func) if isinstance(value.func, ast.Name) else (
@@ -3090,6 +3140,15 @@ class Linter:
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
+        elif causal is not None and mask is not None and not is_none(mask):
+            needs = self._flag_needs_mask(causal, mask)
+            if needs is not None:
+                # transformers#37807 proposes `is_causal = q_len > 1 and causal_mask is not
+                # None`: the flag is True only when the mask is passed too
+                self.report("MC506", needs, f"is_causal is True only when {self._text(mask)} is "
+                            "passed too: scaled_dot_product_attention then gets both (the MATH "
+                            "backend raises, others combine them differently); set it when "
+                            "the mask is None")
         key = argument(call, 1, "key")
         # `is_causal=self.causal if attention_mask is None else False`: True on one path
         causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
@@ -3121,6 +3180,33 @@ class Linter:
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
+
+    def _flag_needs_mask(self, causal: ast.AST, mask: ast.AST) -> ast.AST | None:
+        """The expression `causal` is (itself, or what this function bound the name to) when
+        it reads True only if the mask is not None: `m is not None`, or an `and` holding that
+        test, where m is the mask or a name the mask was taken from."""
+        masks = {dotted(mask)}
+        node: ast.AST = mask
+        for _ in range(3):  # `causal_mask = attention_mask[:, :, :, :n]`
+            while isinstance(node, ast.Subscript):
+                node = node.value
+            if not isinstance(node, ast.Name) or node.id not in self.scope.derived:
+                break
+            node = self.scope.derived[node.id]
+            masks.add(dotted(node.value if isinstance(node, ast.Subscript) else node))
+        masks.discard(None)
+        flag = causal
+        if isinstance(flag, ast.Name) and flag.id in self.scope.derived:
+            flag = self.scope.derived[flag.id]
+
+        def requires(test: ast.AST) -> bool:
+            if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+                return any(requires(value) for value in test.values)
+            return (isinstance(test, ast.Compare) and len(test.ops) == 1
+                    and isinstance(test.ops[0], ast.IsNot) and is_none(test.comparators[0])
+                    and dotted(test.left) in masks)
+
+        return flag if requires(flag) else None
 
     def _causal_without_mask(self, call: ast.Call, causal: ast.AST | None, mask: ast.AST) -> bool:
         """Every `is_causal = True` before the call sits in a block that also sets the mask to
@@ -3219,7 +3305,7 @@ class Linter:
         return (node, flipped) if isinstance(node, ast.Name) else None
 
     def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True,
-                   use: ast.AST | None = None, raw: bool = False) -> None:
+                   use: ast.AST | None = None, raw: bool = False, direct: bool = True) -> None:
         """Record what this function does with one of its parameters (see `_Role`): checked at
         the calls of a function by its name, of a method as `self.name(...)`, and of forward /
         __call__ on an instance."""
@@ -3237,7 +3323,7 @@ class Linter:
         position = scope.params.index(param) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role),
-                                         _Role(position, role, use or node, param))
+                                         _Role(position, role, use or node, param, direct))
 
     def _helper_call(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A call of a function of this file, checked against what the function does with its
@@ -3262,7 +3348,7 @@ class Linter:
             if passed is not None and (entry.role in {"add", "mul", "addmin"}
                                        or entry.role in _FLIPPED_ROLES):
                 # a wrapper passing its own parameter on (inverted: the other convention)
-                self._note_role(passed, entry.role)
+                self._note_role(passed, entry.role, direct=False)
             elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
@@ -3384,21 +3470,33 @@ class Linter:
             facts = self.value(arg)
             if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
                 continue
+            behind = self._parameter_behind(arg)
+            if behind is not None and behind[0] == entry.param:
+                # A wrapper handing its own parameter on under the same name: one convention
+                # for both. The role is noted for its callers, who pass the mask itself
+                # (BertWithPretrained's BertLayer -> BertAttention, each taking
+                # `attention_mask` as True = padding, is not a finding per level).
+                continue
             code = "MC519" if entry.role == "drop-fill" else "MC511"
             reads = {"drop-sdpa": "inverts it for scaled_dot_product_attention (True = may "
                                   "attend)",
                      "drop-mha": "hands it to an attention module as key_padding_mask (True = "
                                  "padding)"}.get(entry.role, "fills where it is True")
             hint = name_hint(entry.param)
-            if hint is not None and hint.bool_convention == "bool-true-keep":
+            if entry.direct and hint is not None and hint.bool_convention == "bool-true-keep":
                 self.report(code, entry.use, f"{entry.param} is named as a keep-mask (1 = real "
                             f"token) and line {call.lineno} passes one ({self._text(arg)}), but "
                             f"{name}() {reads}: it attends to the padding only; read it as a "
                             "keep-mask")
             else:
-                self.report(code, arg, f"{self._text(arg)} is a keep-mask (1 = real token), "
-                            f"but {name}() {reads} for {entry.param}: pass the padding mask "
-                            "(`== 0`)")
+                own = name_hint(arg.id) if isinstance(arg, ast.Name) else None
+                bound = self.scope.derived.get(arg.id) if isinstance(arg, ast.Name) and (
+                    own is not None and own.bool_convention == "bool-true-masked") else None
+                # `key_padding_mask = seq_len_to_mask(n)`: named for the callee's convention,
+                # bound to the other one: reported where it is bound
+                self.report(code, bound if bound is not None else arg, f"{self._text(arg)} is a "
+                            f"keep-mask (1 = real token), but {name}() {reads} for "
+                            f"{entry.param}: pass the padding mask (`== 0`)")
             return
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
@@ -4171,10 +4269,7 @@ def lint_tree(
         enabled = enabled - {"MC512"}
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
-        linter = Linter(enabled, source, path)
-        linter.record_calls = True
-        linter.checkpoints = [] if isinstance(tree, ast.Module) else None
-        hits = linter.run(tree)
+        linter, hits, declared = first_walk(tree, enabled, source, path)
         seeds = linter._seeded_parameters()
         if seeds:
             # again, each parameter holding what every call of this file passes for it
@@ -4182,6 +4277,7 @@ def lint_tree(
             use_site = frozenset((key, param) for key, params in seeds.items()
                                  for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(enabled, source, path)
+            linter.declare_classes(declared)
             linter.seeds = seeds
             linter.use_site = use_site
             linter.option_defaults = options
@@ -4201,6 +4297,43 @@ def lint_tree(
         return hits
     finally:
         MODULE_ALIASES.reset(token)
+
+
+def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
+               ) -> tuple[Linter, list[Hit], dict[str, tuple[_Role, ...]]]:
+    """The walk that records the calls (see `lint_tree`): the linter, its hits, and the
+    classes it had to know before their definition."""
+    declared: dict[str, tuple[_Role, ...]] = {}
+    for walks in range(1, 4):  # a chain of such classes needs one more walk per link
+        linter = Linter(enabled, source, path)
+        linter.record_calls = True
+        linter.checkpoints = [] if isinstance(tree, ast.Module) else None
+        linter.declare_classes(declared)
+        hits = linter.run(tree)
+        late = _used_before_defined(tree, linter._class_roles)
+        if not late or late == declared or walks == 3:
+            break
+        # A class used above its definition (`self.attn = SelfAttention(d)` in a model
+        # defined first): walked again with what its forward does known from the start.
+        declared = late
+    return linter, hits, declared
+
+
+def _used_before_defined(tree: ast.AST, class_roles: dict[str, tuple[_Role, ...]]
+                         ) -> dict[str, tuple[_Role, ...]]:
+    """The classes of `class_roles` named on a line above their definition, with their roles
+    (`self.attn = SelfAttention(d)` in a model class written first)."""
+    if not class_roles:
+        return {}
+    defined: dict[str, int] = {}
+    uses: list[ast.Name] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name in class_roles:
+            defined[node.name] = min(node.lineno, defined.get(node.name, node.lineno))
+        elif isinstance(node, ast.Name) and node.id in class_roles:
+            uses.append(node)
+    return {node.id: class_roles[node.id] for node in uses
+            if node.id in defined and node.lineno < defined[node.id]}
 
 
 # Frameworks whose code reads like torch's and is not: in gluonts' MXNet models `F.eye`,

@@ -85,6 +85,9 @@ class Value:
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
     module: str | None = None  # which of them, when the constructor call was seen
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
+    # Position indices: `torch.arange(n)`, through reshapes and names (fastNLP's
+    # `broad_cast_seq_len = torch.arange(max_len).expand(b, -1)`), compared with lengths.
+    positions: bool = False
     # A float tensor of 0s and 1s by evidence: a bool, 0/1 or tokenizer mask cast to a float
     # dtype (`.float()`, `.to(q.dtype)`, `.type_as(scores)`); SDPA and `scores +` add it (MC508).
     float01: bool = False
@@ -586,8 +589,9 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
-    if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"}:
-        return Value(api=node.attr)
+    if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"} or (
+            node.attr in _ATTENTION_CLASSES and module_dotted(node.value) in {"nn", "torch.nn"}):
+        return Value(api=node.attr)  # `attend = F.scaled_dot_product_attention`, `MHA = nn.M...`
     if dtype_of(node) in HALF_DTYPES and module_dotted(node.value) == "torch":
         return Value(maybe_half=True)  # `dtype = torch.bfloat16`: the dtype object
     return UNKNOWN
@@ -726,10 +730,12 @@ def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
     return token_ids_name(name) and number(right) == 0
 
 
-def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST) -> bool | None:
+def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST, positions: bool = False
+                 ) -> bool | None:
     """A comparison of positions with sequence lengths: True when it holds past the length
-    (padding), False when it holds before it (real positions), None for anything else."""
-    if _positions(left) and _lengths(right):
+    (padding), False when it holds before it (real positions), None for anything else.
+    `positions`: what the left side holds is known to be position indices."""
+    if (positions or _positions(left)) and _lengths(right):
         after = isinstance(op, (ast.Gt, ast.GtE))
     elif _lengths(left) and _positions(right):
         after = isinstance(op, (ast.Lt, ast.LtE))
@@ -785,7 +791,7 @@ def _names_pad_index(node: ast.AST) -> bool:
 
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
-    past_length = _past_length(left, op, right)
+    past_length = _past_length(left, op, right, lv.positions)
     if past_length is not None:
         # `arange(n)[None] >= lengths[:, None]` (ESPnet's make_pad_mask): True at padding;
         # `arange(n)[None] < lengths[:, None]` (sequence_mask): True at real positions
@@ -878,6 +884,11 @@ def one_minus(node: ast.AST) -> bool:
             and number(node.left) == 1)
 
 
+_ATTENTION_CLASSES = frozenset({
+    "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerDecoder"})
+
+
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     name = call_name(call, lookup)
     base_node = receiver(call)
@@ -892,8 +903,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
-    if name in {"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
-                "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}:
+    if name in _ATTENTION_CLASSES:
         return Value(mha=True, module=name)
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
@@ -963,7 +973,8 @@ def _describe_factory(
     if name in _ONES_FUNCS:
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
-        return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES)
+        return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES,
+                     positions=name == "arange")
     if name == "tensor" and call.args and _int_literal(call.args[0]):
         return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
     if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
@@ -1246,8 +1257,10 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         finfo = value is not None and is_finfo_min(value, lookup)
         additive = base.zero_one is False and value is not None and is_masking_value(
             value, lookup) and base.dtype != "bool"
+        condition = argument(call, 0, "mask")
         return Value(dtype=base.dtype, finfo_min=finfo or base.finfo_min,
-                     additive=additive and (base.additive or _starts_empty(base)))
+                     additive=additive and (base.additive or _starts_empty(base) or (
+                         condition is not None and _nonzero_of(condition, receiver(call)))))
     if name in {"softmax", "log_softmax"}:
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or base.dtype)
     if name == "fill_" and len(call.args) == 1 and base.dtype != "bool":
@@ -1259,6 +1272,27 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in _KEEPS_DTYPE:
         return _float_dtype_of(base, call) or UNKNOWN
     return UNKNOWN
+
+
+def _nonzero_of(condition: ast.AST, base: ast.AST | None) -> bool:
+    """`x.bool()`, `x.to(torch.bool)`, `x != 0` where x is `base`: filling there leaves 0
+    where x is 0 and the fill value everywhere else (transformers' `_prepare_4d_attention_mask`:
+    `inverted.masked_fill(inverted.to(torch.bool), finfo.min)`)."""
+    if base is None or dotted(base) is None:
+        return False
+    tested: ast.AST | None = None
+    if isinstance(condition, ast.Call) and isinstance(condition.func, ast.Attribute):
+        method = condition.func.attr
+        casts = (method == "bool" and not condition.args) or (method == "to" and any(
+            dtype_of(a) == "bool" for a in [*condition.args, *(
+                k.value for k in condition.keywords if k.arg == "dtype")]))
+        if casts or (method == "ne" and len(condition.args) == 1
+                     and number(condition.args[0]) == 0):
+            tested = condition.func.value
+    elif (isinstance(condition, ast.Compare) and len(condition.ops) == 1
+          and isinstance(condition.ops[0], ast.NotEq) and number(condition.comparators[0]) == 0):
+        tested = condition.left
+    return tested is not None and dotted(tested) == dotted(base)
 
 
 def _starts_empty(base: Value) -> bool:

@@ -24,17 +24,16 @@ def _walks(source: str) -> tuple[list[Hit], list[Hit], int, int] | None:
     tree = ast.parse(source)
     token = MODULE_ALIASES.set({})
     try:
-        first = Linter(SOURCE_CODES, source, "a.py")
-        first.record_calls = True
-        first.checkpoints = []
-        first.run(tree)
+        first, _, declared = checks.first_walk(tree, SOURCE_CODES, source, "a.py")
         seeds = first._seeded_parameters()
         if not seeds or first.option_defaults or MODULE_ALIASES.get():
             return None
         whole = Linter(SOURCE_CODES, source, "a.py")
+        whole.declare_classes(declared)
         whole.seeds = seeds
         expected = whole.run(tree)
         again = Linter(SOURCE_CODES, source, "a.py")
+        again.declare_classes(declared)
         again.seeds = seeds
         walked: list[ast.AST] = []
         walk = again._walk
@@ -152,15 +151,14 @@ def _whole_second_walk(tree: ast.Module, source: str) -> list[Hit]:
     """`lint_tree` as it was before `rerun`: the second walk goes over the whole module."""
     token = MODULE_ALIASES.set({})
     try:
-        linter = Linter(SOURCE_CODES, source, "a.py")
-        linter.record_calls = True
-        hits = linter.run(tree)
+        linter, hits, declared = checks.first_walk(tree, SOURCE_CODES, source, "a.py")
         seeds = linter._seeded_parameters()
         if seeds:
             options = linter.option_defaults
             use_site = frozenset((key, param) for key, params in seeds.items()
                                  for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(SOURCE_CODES, source, "a.py")
+            linter.declare_classes(declared)
             linter.seeds = seeds
             linter.use_site = use_site
             linter.option_defaults = options
