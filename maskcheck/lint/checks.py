@@ -694,6 +694,9 @@ class Linter:
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
         # `if x is not None:` over a name in `_Scope.maybe_none`: the If -> x's value before.
         self._unset: dict[int, Value | None] = {}
+        # `if attention_mask is None: attention_mask = torch.ones_like(input_ids)`: the
+        # assignment (a default that masks nothing) -> the parameter it defaults.
+        self._neutral_defaults: dict[int, str] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
         # Classes of this file -> what their methods return, as `self.<method>` values.
@@ -738,6 +741,9 @@ class Linter:
         # First walk: function key -> its parameters that have a `_Role` (checked at the calls,
         # so not given their calls' facts: one bug, one finding, where the call passes it).
         self.role_params: dict[tuple[str, str], set[str]] = {}
+        # (function, parameter): a flag that chooses a triu_indices offset (`offset=0 if
+        # mask_diagonal else 1`), seeded with what every call passes (see `_seeded_parameters`).
+        self.offset_flags: set[tuple[tuple[str, str], str]] = set()
         # ... and the roles of each such parameter. A parameter whose only roles are arithmetic
         # on the scores (`scores + m`, `scores * m`: `_USE_SITE_ROLES`) is given its calls'
         # facts all the same, and where every call agrees the finding is made at that use in
@@ -1065,6 +1071,10 @@ class Linter:
             if type(node.test) not in _LEAVES:
                 stack.append((node.test, node))
             return
+        defaulted = _none_default(node)
+        if defaulted is not None and self.scope.kind == "function" and (
+                defaulted[0] in self.scope.params and defaulted[0] not in self.scope.assigned):
+            self._neutral_defaults[id(defaulted[1])] = defaulted[0]
         joined = _body_assignments(node)
         if joined:
             for name, stmt in joined.items():
@@ -1365,7 +1375,8 @@ class Linter:
                 facts = seed(key, param)
                 if bool_only:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
-                if facts.flag is not None and (key[1] != "__init__" or not causal_read):
+                if facts.flag is not None and (key[1] != "__init__" or not causal_read) and (
+                        (key, param) not in self.offset_flags):
                     # a flag is read through `self.causal = causal`; a function's own flag that
                     # reaches is_causal is a role, checked at its calls
                     facts = replace(facts, flag=None)
@@ -1468,9 +1479,16 @@ class Linter:
         if done.kind == "class" and done.name:
             # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
             # its returns give, called through the class (or an alias of it)
+            properties = {m.name for m in getattr(done.node, "body", []) if isinstance(
+                m, ast.FunctionDef) and any(isinstance(d, ast.Name) and d.id == "property"
+                                            for d in m.decorator_list)}
             for key, helper in done.values.items():
                 if "." not in key and (helper.returns_bool or helper.result is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
+            for key in properties:  # what `instance.name` reads (see values)
+                held = done.values.get("self." + key)
+                if held is not None and held.result is not None:
+                    self.bind(f"{done.name}.{key}", replace(held, param_roles=(), prop=True))
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
@@ -1520,13 +1538,24 @@ class Linter:
             self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
 
     def _bind_statement(self, node: ast.AST | None) -> None:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and id(node) in self._neutral_defaults:
+            name = self._neutral_defaults.pop(id(node))
+            facts = self.value(node.value) if node.value is not None else UNKNOWN
+            if facts.all_ones or facts.zeros:
+                # The default stands in for "no mask": the parameter holds what its callers
+                # pass, of the default's dtype (`attention_mask = torch.ones_like(input_ids)`:
+                # the tokenizer's int64 mask of 1 = real token), not "all ones".
+                self.scope.assigned.add(name)
+                self.bind(name, Value(dtype=facts.dtype, hf_keep=facts.all_ones and (
+                    facts.dtype == "int" and "attention_mask" in name)))
+                return
         if isinstance(node, ast.Assign):
             self._assign(node)
-            name = self._branch_marks.get(id(node))
-            if name is not None:
-                self._branch_values[id(node)] = self.scope.values.get(name, UNKNOWN)
+            marked = self._branch_marks.get(id(node))
+            if marked is not None:
+                self._branch_values[id(node)] = self.scope.values.get(marked, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            self._assign_target(node.target, node.value, self.value(node.value))
+            self._assign_target(node.target, node.value, self._bound_facts(node.value))
         elif isinstance(node, ast.NamedExpr):  # `(a := a * keep)` binds like `a = a * keep`
             self._assign_name(node.target.id, node.value, self.value(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
@@ -1581,6 +1610,10 @@ class Linter:
         if self.record_calls:
             self._record_passed(call)
         name = call_name(call, self.lookup)
+        if name == "triu_indices" and self.record_calls and self.scope.key is not None:
+            offset = argument(call, 2, "offset")
+            if isinstance(offset, ast.IfExp) and isinstance(offset.test, ast.Name):
+                self.offset_flags.add((self.scope.key, offset.test.id))
         if name is None:
             if isinstance(call.func, ast.Subscript) and (len(call.args) > 1 or any(
                     kw.arg in _MHA_MASK_KWARGS for kw in call.keywords)):
@@ -1736,8 +1769,14 @@ class Linter:
                     f"away: {what}; assign the result{how}")
 
     def _assign(self, node: ast.Assign) -> None:
-        facts = self.value(node.value)
-        value = node.value
+        facts = self._bound_facts(node.value)
+        for target in node.targets:
+            self._assign_target(target, node.value, facts)
+
+    def _bound_facts(self, value: ast.expr) -> Value:
+        """What a name bound to `value` holds: its facts, and what an instance or a container
+        of a class of this file (or of torch's attention modules) is."""
+        facts = self.value(value)
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
@@ -1752,8 +1791,7 @@ class Linter:
         attention = _container_attention(value)
         if attention is not None:  # `nn.ModuleList([nn.MultiheadAttention(d, h) for ...])`
             facts = replace(facts, element_mha=attention)
-        for target in node.targets:
-            self._assign_target(target, node.value, facts)
+        return facts
 
     def _assign_target(self, target: ast.expr, value: ast.expr, facts: Value) -> None:
         if isinstance(target, ast.Name):
@@ -2083,8 +2121,10 @@ class Linter:
             # finfo.min * False = 0, finite).
             if facts.additive and _tensor_operand(other) and not self.value(
                     other).zero_one and not _names_a_mask(other) and not self._is_bool(other):
-                self.report("MC523", node, f"{self._text(big)} is an additive mask (0 / -inf): "
-                            "multiplying by it gives -inf/NaN; add it to the scores instead")
+                self.report("MC523", node, f"{self._text(big)} is an additive mask (0 where "
+                            "kept, -inf or a large negative where masked): multiplying by it "
+                            "zeroes the kept scores and blows up the masked ones (-inf/NaN); "
+                            "add it to the scores instead")
                 break
 
     def _full_of_neg_inf(self, node: ast.AST) -> bool:
@@ -2495,7 +2535,8 @@ class Linter:
                 value, self.lookup):
             # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
             # with -1e4 on purpose (transformers' pp_doclayout).
-            self.report("MC521", condition, f"{self._text(condition)} is True on and below the "
+            where = _BELOW.get(cond.tri or "", "on and below")
+            self.report("MC521", condition, f"{self._text(condition)} is True {where} the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
         if name == "masked_fill_" and self._in_forward() and target is not None:
@@ -2817,7 +2858,8 @@ class Linter:
         self._float_mask_argument(mask, "MultiheadAttention")
         facts = self.value(mask)
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
-            self.report("MC521", mask, f"{self._text(mask)} is True on and below the diagonal, but "
+            where = _BELOW.get(facts.tri or "", "on and below")
+            self.report("MC521", mask, f"{self._text(mask)} is True {where} the diagonal, but "
                         "MultiheadAttention's bool attn_mask means True = masked: it hides the "
                         "past and shows the future; use triu(..., diagonal=1)")
 
@@ -2999,8 +3041,11 @@ class Linter:
             self._mutate(held)
         if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target) and (
                 not _similarity_name(target)):
-            # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0
-            self.report("MC503", target, "triu_indices with offset=0 holds the diagonal: "
+            # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0; an
+            # offset chosen by a flag (`0 if mask_diagonal else 1`, former#6) is reported
+            # where it is chosen
+            self.report("MC503", self._chosen_offset(target) or target,
+                        "triu_indices with offset=0 holds the diagonal: "
                         "writing -inf there masks every query's own key (the first row is "
                         "empty); use offset=1")
         name = root_name(target)
@@ -3014,6 +3059,18 @@ class Linter:
             return
         if not is_zero(value):
             masks[name] = False  # `mask[i][j] = 1`, `mask[i, a:b] = 1`: something was kept
+
+    def _chosen_offset(self, target: ast.Subscript) -> ast.AST | None:
+        """The `triu_indices(...)` call behind `x[:, idx[0], idx[1]]` when its offset is a
+        conditional expression."""
+        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        for part in parts:
+            if isinstance(part, ast.Subscript) and isinstance(part.value, ast.Name):
+                bound = self.scope.derived.get(part.value.id)
+                if isinstance(bound, ast.Call) and isinstance(
+                        argument(bound, 2, "offset"), ast.IfExp):
+                    return bound
+        return None
 
     def _indexed_by_diag_indices(self, target: ast.Subscript) -> bool:
         """`x[:, idx[0], idx[1]]` where `idx = torch.triu_indices(n, n)` (offset 0)."""
@@ -3377,8 +3434,9 @@ class Linter:
         for mask in by_role.get("drop", []):
             facts = self.value(mask)
             if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
-                self.report("MC521", mask, f"{self._text(mask)} is True on and below the "
-                            f"diagonal, but {name}() fills where its mask is True: it masks "
+                where = _BELOW.get(facts.tri or "", "on and below")
+                self.report("MC521", mask, f"{self._text(mask)} is True {where} the diagonal, "
+                            f"but {name}() fills where its mask is True: it masks "
                             "the past, not the future; use triu(..., diagonal=1)")
                 return
 
@@ -3409,8 +3467,10 @@ class Linter:
         for mask in by_role.get("mul", []):
             facts = self.value(mask)
             if facts.additive and facts.dtype != "bool" and not facts.zero_one:
-                self.report("MC523", mask, f"{self._text(mask)} is an additive mask (0 / -inf) "
-                            f"and {name}() multiplies its scores by it: -inf/NaN; add it instead")
+                self.report("MC523", mask, f"{self._text(mask)} is an additive mask (0 where "
+                            f"kept, -inf or a large negative where masked) and {name}() "
+                            "multiplies its scores by it: the kept scores become 0, the masked "
+                            "ones huge or -inf/NaN; add it instead")
                 return True
         return False
 
@@ -3675,6 +3735,21 @@ _ATTENTION_MODULES = frozenset({
     "TransformerEncoder", "TransformerDecoder"})
 
 
+def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None:
+    """`if x is None: x = value` (nothing else, no else branch): x and the assignment."""
+    test = node.test
+    if node.orelse or len(node.body) != 1 or not (
+            isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+            and isinstance(test.left, ast.Name) and is_none(test.comparators[0])):
+        return None
+    stmt = node.body[0]
+    target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else (
+        stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None)
+    if isinstance(target, ast.Name) and target.id == test.left.id:
+        return test.left.id, stmt  # type: ignore[return-value]
+    return None
+
+
 def _not_none_test(test: ast.expr) -> str | None:
     """The name an `if name is not None:` test is about."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
@@ -3799,6 +3874,7 @@ def _seedable(facts: Value) -> Value:
 # Mask roles and the role of the same parameter read inverted (`~m`, `m == 0`): True = keep
 # (SDPA's bool attn_mask, `masked_fill(m == 0, ...)`) against True = masked (a fill condition,
 # the key_padding_mask of torch's attention modules).
+_BELOW = {"lower": "on and below", "slower": "below"}  # where a lower triangle's True entries sit
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",

@@ -85,6 +85,9 @@ class Value:
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
     module: str | None = None  # which of them, when the constructor call was seen
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
+    # A property of a class of this file, bound as `Class.name`: `instance.name` gives `result`
+    # (Informer's `TriangularCausalMask(B, L).mask`).
+    prop: bool = False
     # Position indices: `torch.arange(n)`, through reshapes and names (fastNLP's
     # `broad_cast_seq_len = torch.arange(max_len).expand(b, -1)`), compared with lengths.
     positions: bool = False
@@ -579,6 +582,12 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         known = lookup("self." + node.attr)
         if known:
             return known
+    if isinstance(node.value, ast.Name):
+        owner = lookup(node.value.id).module
+        if owner is not None:  # an instance of a class of this file: one of its properties
+            held = lookup(f"{owner}.{node.attr}")
+            if held.prop and isinstance(held.result, Value):
+                return held.result
     if node.attr in _TRANSPOSES:
         base = _describe_receiver(node.value, node.attr, lookup)
         return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
@@ -640,11 +649,14 @@ def _extends_hf_mask(node: ast.Subscript) -> bool:
     if not (isinstance(node.value, ast.Name) and node.value.id == "attention_mask"):
         return False
     parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
-    return len(parts) == 4 and [type(p) for p in parts] == [
-        ast.Slice, ast.Constant, ast.Constant, ast.Slice] and all(
-        is_none(p) for p in parts[1:3]) and all(
-        p.lower is None and p.upper is None and p.step is None
-        for p in (parts[0], parts[3]) if isinstance(p, ast.Slice))
+    if len(parts) != 4 or not is_none(parts[1]):
+        return False
+    # `[:, None, None, :]` (2-D), or `[:, None, :, :]`: the same method's branch for a 3-D
+    # (batch, queries, keys) mask, still 1 = may attend
+    full = [p for p in parts if p is not parts[1] and not is_none(p)]
+    return len(full) in {2, 3} and (len(full) == 3 or is_none(parts[2])) and all(
+        isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None
+        for p in full)
 
 
 def _cache_prefix(node: ast.Subscript) -> bool:
@@ -850,6 +862,10 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
             if one_minus(a_node) and is_finfo_min(b_node, lookup):
                 return Value(finfo_min=True, additive=True)  # HF's `(1.0 - m) * finfo.min`
+            weight = number(b_node, lookup)
+            if one_minus(a_node) and weight is not None and weight <= -1000:
+                # BERT's extended mask `(1.0 - m) * -10000.0`: fits float16, still additive
+                return Value(additive=True)
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
                 return Value(finfo_min=True, additive=True)
@@ -1030,6 +1046,12 @@ def _describe_factory(
         return Value(dtype="fp32", zero_one=True, keep_mask=True)
     if name == "triu_indices":
         offset = argument(call, 2, "offset")
+        if isinstance(offset, ast.IfExp):
+            # `offset=0 if mask_diagonal else 1` (pbloem/former's `mask_`): the branch the
+            # flag picks, where the flag is known (a constant, or what every call passes)
+            flag = describe(offset.test, lookup).flag
+            offset = None if flag is None else (offset.body if flag else offset.orelse)
+            return Value(diag_indices=offset is not None and is_zero(offset))
         return Value(diag_indices=offset is None or is_zero(offset))
     if name == "generate_square_subsequent_mask":
         return Value(additive=True)  # nn.Transformer's 0 / -inf float mask

@@ -185,9 +185,11 @@ def test_every_linter_attribute_is_classified() -> None:
              "seeds", "calls_to", "option_defaults", "use_site"}
     output = {"hits", "param_hits", "walked_hits", "scopes"}
     recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
+                "offset_flags",
                 "entered"}
     # keyed by an `if` or statement node, set and read within it
-    within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots"}
+    within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots",
+              "_neutral_defaults"}
     source = (FIXTURES / "MC506_causal_with_mask.py").read_text()
     linter = Linter(SOURCE_CODES, source, "a.py")
     linter.record_calls = True
