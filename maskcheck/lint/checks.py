@@ -554,7 +554,12 @@ def _as_load(target: ast.expr) -> ast.expr:
 
 
 def _is_cache_update(node: ast.AST) -> bool:
-    if not (isinstance(node, ast.Call) and call_name(node) == "update"):
+    """`cache.update(k, v, layer)` (transformers), `kv_cache.insert_kv(layer, k, v)` (nanochat):
+    a cache object's method that stores the new keys and gives back all of them."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = call_name(node)
+    if name is None or not (name == "update" or name.startswith("insert")):
         return False
     base = receiver(node)
     text = (dotted(base) or "").lower() if base is not None else ""
@@ -3213,7 +3218,7 @@ class Linter:
             for branch in (causal.body, causal.orelse)))
         query = argument(call, 0, "query")
         if causal is not None and causal_may and key is not None and self.value(key).cached and (
-                not self._cache_gated(call, key)):
+                not self._cache_gated(call, key)) and not self._no_cached_prefix(call, query, key):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
@@ -3576,7 +3581,11 @@ class Linter:
             return True
         call_ifs = _enclosing_ifs(call, parents)
         # only the `if`s where the call runs when their test is false (`else:`, `if not x:`)
-        off = [i for i in call_ifs if not _runs_when_true(i, call, parents)]
+        # (not the else of `if cache is None or ...:`, which runs only with the cache: nanochat)
+        off = [i for i in call_ifs if not _runs_when_true(i, call, parents) and not (
+            isinstance(i.test, ast.BoolOp) and isinstance(i.test.op, ast.Or) and any(
+                isinstance(v, ast.Compare) and len(v.ops) == 1 and isinstance(v.ops[0], ast.Is)
+                and is_none(v.comparators[0]) for v in i.test.values))]
         if not off:
             return False
         function = _enclosing_function(call, parents)
@@ -3590,6 +3599,49 @@ class Linter:
                     return True
         return False
 
+
+    def _no_cached_prefix(self, call: ast.Call, query: ast.AST | None, key: ast.AST) -> bool:
+        """Whether the call sits in the body of an `if` whose test holds only without a cached
+        prefix: each `or` part is `cache is None` or compares the query's length with the
+        key's (nanochat: `if kv_cache is None or Tq == Tk: sdpa(q, k, v, is_causal=True)`,
+        with `Tq = q.size(2)`, `Tk = k.size(2)`)."""
+        names = {dotted(query) if query is not None else None, dotted(key)} - {None}
+        if len(names) != 2 or self._tree is None:
+            return False
+        if self._parent_of is None:
+            self._parent_of = {id(child): node for node in ast.walk(self._tree)
+                               for child in ast.iter_child_nodes(node)}
+        parents = self._parent_of
+
+        def length_of(node: ast.AST) -> str | None:
+            if isinstance(node, ast.Name) and node.id in self.scope.derived:
+                node = self.scope.derived[node.id]
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and (
+                    node.value.attr == "shape"):
+                return dotted(node.value.value)
+            if isinstance(node, ast.Call) and call_name(node) == "size" and node.args:
+                base = receiver(node)
+                return dotted(base) if base is not None else None
+            return None
+
+        def safe(test: ast.AST) -> bool:
+            if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+                return all(safe(value) for value in test.values)
+            if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+                return False
+            if isinstance(test.ops[0], ast.Is) and is_none(test.comparators[0]):
+                return names_a_cache(test.left)
+            return isinstance(test.ops[0], ast.Eq) and {
+                length_of(test.left), length_of(test.comparators[0])} == names
+
+        at: ast.AST = call
+        while (parent := parents.get(id(at))) is not None and not isinstance(
+                parent, _FUNCTION_NODES):
+            if isinstance(parent, ast.If) and any(stmt is at for stmt in parent.body) and (
+                    safe(parent.test)):
+                return True
+            at = parent
+        return False
 
     @staticmethod
     def _cache_asserted_off(call: ast.Call, name: str, parents: dict[int, ast.AST]) -> bool:
