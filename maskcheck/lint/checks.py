@@ -4438,7 +4438,7 @@ def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
         linter.checkpoints = [] if isinstance(tree, ast.Module) else None
         linter.declare_classes(declared)
         hits = linter.run(tree)
-        late = _used_before_defined(tree, linter._class_roles)
+        late = _used_before_defined(tree, linter._class_roles, source)
         if not late or late == declared or walks == 3:
             break
         # A class used above its definition (`self.attn = SelfAttention(d)` in a model
@@ -4447,12 +4447,20 @@ def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
     return linter, hits, declared
 
 
-def _used_before_defined(tree: ast.AST, class_roles: dict[str, tuple[_Role, ...]]
-                         ) -> dict[str, tuple[_Role, ...]]:
+def _used_before_defined(tree: ast.AST, class_roles: dict[str, tuple[_Role, ...]],
+                         source: str = "") -> dict[str, tuple[_Role, ...]]:
     """The classes of `class_roles` named on a line above their definition, with their roles
     (`self.attn = SelfAttention(d)` in a model class written first)."""
     if not class_roles:
         return {}
+    if source:
+        # The text above a top-level class holds every use on an earlier line: when no name
+        # occurs there, the walk below finds nothing (a class found only nested is walked).
+        top = {stmt.name: stmt.lineno for stmt in getattr(tree, "body", [])
+               if isinstance(stmt, ast.ClassDef) and stmt.name in class_roles}
+        if all(name in top and not _named_above(source, name, top[name])
+               for name in class_roles):
+            return {}
     defined: dict[str, int] = {}
     uses: list[ast.Name] = []
     for node in ast.walk(tree):
@@ -4462,6 +4470,16 @@ def _used_before_defined(tree: ast.AST, class_roles: dict[str, tuple[_Role, ...]
             uses.append(node)
     return {node.id: class_roles[node.id] for node in uses
             if node.id in defined and node.lineno < defined[node.id]}
+
+
+def _named_above(source: str, name: str, line: int) -> bool:
+    """Whether `name` occurs as a word in the lines of `source` above `line`."""
+    end = -1
+    for _ in range(line - 1):
+        end = source.find("\n", end + 1)
+        if end < 0:
+            return True  # (fewer lines than that: read it all as above)
+    return re.search(rf"\b{re.escape(name)}\b", source[:end + 1]) is not None
 
 
 # Frameworks whose code reads like torch's and is not: in gluonts' MXNet models `F.eye`,

@@ -582,7 +582,7 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         known = lookup("self." + node.attr)
         if known:
             return known
-    if isinstance(node.value, ast.Name):
+    if isinstance(node.value, ast.Name) and node.value.id not in _MODULE_ROOTS:
         owner = lookup(node.value.id).module
         if owner is not None:  # an instance of a class of this file: one of its properties
             held = lookup(f"{owner}.{node.attr}")
