@@ -3241,6 +3241,13 @@ class Linter:
             self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
                         "bool attn_mask means True = may attend: every query sees the future; "
                         "use tril (or `triu(..., 1) == 0`)")
+        elif facts.hides_above and facts.tri is None and facts.dtype in {"bool", None}:
+            # lucidrains/x-transformers#160: `mask = mask | causal_mask` (True = hidden) handed
+            # to SDPA, whose bool attn_mask keeps where True
+            self.report("MC511", mask, f"{self._text(mask)} has a causal triangle OR-ed in (True "
+                        "= hidden), but SDPA's bool attn_mask means True = may attend: every "
+                        "query sees the future and only what the mask meant to hide; pass "
+                        "`~mask` (or build it as keep-masks AND-ed)")
         self._float_mask_argument(mask, "scaled_dot_product_attention")
 
     def _flag_needs_mask(self, causal: ast.AST, mask: ast.AST) -> ast.AST | None:

@@ -85,6 +85,9 @@ class Value:
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
     module: str | None = None  # which of them, when the constructor call was seen
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
+    # A bool mask True on a whole triangle above a diagonal, the part a causal mask hides
+    # (`ones(n, n, dtype=torch.bool).triu(d)`), or a mask OR-ed with one: a True = hidden mask.
+    hides_above: bool = False
     # A property of a class of this file, bound as `Class.name`: `instance.name` gives `result`
     # (Informer's `TriangularCausalMask(B, L).mask`).
     prop: bool = False
@@ -481,7 +484,8 @@ def _tri_of(call: ast.Call, name: str, base: Value) -> str | None:
 def _triangle(call: ast.Call, name: str, base: Value) -> Value:
     tri = _tri_of(call, name, base)
     zero_one = base.zero_one or base.all_ones
-    return replace(base, tri=tri, zero_one=zero_one, all_ones=False)
+    hides = name == "triu" and base.dtype == "bool" and base.all_ones
+    return replace(base, tri=tri, zero_one=zero_one, all_ones=False, hides_above=hides)
 
 
 def describe(node: ast.AST, lookup: Lookup) -> Value:
@@ -880,6 +884,9 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
         return Value(zero_one=True, tri=_COMPLEMENT.get(right.tri or ""),
                      dtype=right.dtype)
+    if isinstance(node.op, ast.BitOr) and (left.hides_above or right.hides_above) and (
+            left.dtype in {"bool", None} and right.dtype in {"bool", None}):
+        return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
             left.dtype == "bool" and right.dtype == "bool"):
         return Value(dtype="bool")
@@ -1068,7 +1075,8 @@ def _describe_factory(
     if name in {"logical_not", "logical_and", "logical_or"} and call.args:
         base = describe(call.args[0], lookup)
         tri = _COMPLEMENT.get(base.tri or "") if name == "logical_not" else None
-        return Value(dtype="bool", tri=tri)
+        hides = name == "logical_or" and any(describe(a, lookup).hides_above for a in call.args)
+        return Value(dtype="bool", tri=tri, hides_above=hides)
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
     if name in _AUTOCAST_LOWERED:
