@@ -172,6 +172,20 @@ FINFO_MIN_SUMMED = register(RuleInfo(
     "mask = torch.zeros(n, n).masked_fill(future | padding, torch.finfo(dtype).min)",
     "fill once with the combined bool mask (`a | b`), or use torch.minimum / clamp",
 ))
+WEAK_MASK_VALUE = register(RuleInfo(
+    "MC516", "weak-mask-value", W, "source",
+    "Attention scores filled with a value between -1 and 0 (`-1e-9` for `-1e9`): masks nothing.",
+    "A masked score must be so negative that softmax gives it no weight: -inf, "
+    "`torch.finfo(dtype).min`, or a large negative number. A fill between -1 and 0 (often "
+    "`-1e-9` or `-1e-20` typed for `-1e9`/`-1e20`, or `-1.0`) leaves the masked position with "
+    "about as much weight as any other (exp(-1e-9) is 1), so the model attends to the padding "
+    "or the future with no error and no NaN. Fills like -10 or -100 are not reported: whether "
+    "they are weak depends on the scale of the scores, which the source does not show.",
+    "scores = scores.masked_fill(mask == 0, -1e-9)\nweights = scores.softmax(dim=-1)",
+    "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
+    "weights = scores.softmax(dim=-1)",
+    "fill with torch.finfo(scores.dtype).min or float('-inf')",
+))
 WIDE_FINFO_TO_HALF = register(RuleInfo(
     "MC517", "wide-finfo-to-half", E, "source",
     "masked_fill, torch.full or torch.where of a float16/bfloat16 tensor with the float32 "

@@ -2522,6 +2522,13 @@ class Linter:
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
+        weak = number(value, self.lookup) if value is not None else None
+        if weak is not None and -1 <= weak < 0 and target is not None and self._is_scores(target):
+            # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
+            self.report("MC516", value, f"{self._text(value)} as the fill of attention scores "
+                        "hardly masks: a masked position weighs as a score of "
+                        f"{weak:g} would ({math.exp(weak):.2g} times a score of 0); use "
+                        "torch.finfo(scores.dtype).min or float('-inf')")
         if condition is None or value is None or not self._is_fill_value(value):
             return
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
