@@ -2523,7 +2523,8 @@ class Linter:
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
         weak = number(value, self.lookup) if value is not None else None
-        if weak is not None and -1 <= weak < 0 and target is not None and self._is_scores(target):
+        if value is not None and weak is not None and -1 <= weak < 0 and target is not None and (
+                self._is_scores(target)):
             # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
             self.report("MC516", value, f"{self._text(value)} as the fill of attention scores "
                         "hardly masks: a masked position weighs as a score of "
