@@ -237,6 +237,10 @@ def run_check(
     report, fail_on = build_report(paths, opts)
     write_output(render(report, fmt, statistics=statistics))
     if opts.fix:
+        fixed = sum(f.fixed for f in fixes)
+        if fixes:  # (on stderr: stdout stays the report in its format)
+            sys.stderr.write(f"Fixed {fixed} problem{'s' * (fixed != 1)} in {len(fixes)} "
+                             f"file{'s' * (len(fixes) != 1)}.\n")
         _report_unfixed(report, errors=False)
     code = report.exit_code(fail_on)
     return 0 if exit_zero and code == 1 else code

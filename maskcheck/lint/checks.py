@@ -1630,7 +1630,7 @@ class Linter:
         if name == "scaled_dot_product_attention" and self._own_call(call):
             pass  # the file's own function of that name: what it does is read from its body
         elif name in {"masked_fill", "masked_fill_"}:
-            self._masked_fill(call, name)
+            self._masked_fill(call, name, parent)
         elif name == "where" and module_dotted(call.func) == "torch.where" and call.args and (
                 mentions_mask(call.args[0]) or any(is_wide_finfo_min(a) for a in call.args[1:3])):
             self._where(call)
@@ -2240,19 +2240,34 @@ class Linter:
         return isinstance(node, ast.Name) and node.id in self.scope.params and any(
             _ATTENTION_NAME.search(scope.name) for scope in self.scopes if scope.name)
 
+    def _fill_reaches_softmax(self, call: ast.Call, target: ast.AST, parent: ast.AST | None
+                              ) -> bool:
+        """The fill's result goes to softmax: `s.masked_fill(m, v).softmax(-1)`,
+        `F.softmax(s.masked_fill(m, v), -1)`, or the filled name is one this function (or an
+        enclosing one) hands to softmax. Not scores by name alone: a RANSAC or top-k score
+        filled with -1 is a ranking sentinel, not a mask (kornia, gliner)."""
+        if isinstance(parent, ast.Attribute) and parent.attr in {"softmax", "log_softmax"}:
+            return True
+        if isinstance(parent, ast.Call) and call_name(parent) in {"softmax", "log_softmax"} and (
+                parent.args and parent.args[0] is call):
+            return True
+        return isinstance(target, ast.Name) and self._softmax_input(target.id)
+
+    def _softmax_input(self, name: str) -> bool:
+        """Whether the scope that binds `name` hands it to softmax (see `_is_scores`)."""
+        scope = self._binding_scope(name)
+        if scope.softmax_inputs is None:
+            if self._softmax_inputs is None:
+                self._softmax_inputs = _softmax_inputs_by_scope(self._tree, self.source)
+            scope.softmax_inputs = self._softmax_inputs.get(id(scope.node), frozenset())
+        return name in scope.softmax_inputs
+
     def _is_scores(self, node: ast.AST) -> bool:
         """Score tensors by their name (`scores`, `attn_weights`, `q @ k.T`) or by their use: a
         name this function hands to softmax (`s += inside; return s.softmax(-1)`)."""
         if _is_score_name(node):
             return True
-        if not isinstance(node, ast.Name):
-            return False
-        scope = self._binding_scope(node.id)
-        if scope.softmax_inputs is None:
-            if self._softmax_inputs is None:
-                self._softmax_inputs = _softmax_inputs_by_scope(self._tree, self.source)
-            scope.softmax_inputs = self._softmax_inputs.get(id(scope.node), frozenset())
-        return node.id in scope.softmax_inputs
+        return isinstance(node, ast.Name) and self._softmax_input(node.id)
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
@@ -2492,7 +2507,7 @@ class Linter:
         v = number(node, self.lookup)
         return v is not None and math.isfinite(v) and v < -FP16_MAX
 
-    def _masked_fill(self, call: ast.Call, name: str) -> None:
+    def _masked_fill(self, call: ast.Call, name: str, parent: ast.AST | None = None) -> None:
         module_form = module_dotted(call.func) == "torch.masked_fill"
         target = call.args[0] if module_form and call.args else receiver(call)
         shift = 1 if module_form else 0
@@ -2524,7 +2539,7 @@ class Linter:
                         "without overflow); use torch.finfo(x.dtype).min")
         weak = number(value, self.lookup) if value is not None else None
         if value is not None and weak is not None and -1 <= weak < 0 and target is not None and (
-                self._is_scores(target)):
+                self._fill_reaches_softmax(call, target, parent)):
             # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
             self.report("MC516", value, f"{self._text(value)} as the fill of attention scores "
                         "hardly masks: a masked position weighs as a score of "
@@ -3975,10 +3990,23 @@ def _softmax_names(call: ast.Call) -> list[str]:
     if call_name(call) in {"softmax", "log_softmax"}:
         base = receiver(call)
         if base is not None and not is_module_call(call):
-            names += _summed_names(base)
+            names += _summed_names(_unshifted(base))
         if call.args:  # `F.softmax(s)`, and `self.softmax(s)` of an nn.Softmax
-            names += _summed_names(call.args[0])
+            names += _summed_names(_unshifted(call.args[0]))
     return names
+
+
+def _unshifted(node: ast.AST) -> ast.AST:
+    """`s` of `s - s.max()` (also `amax`, `max(...)[0]`, `.values`, `logsumexp`): the scores
+    shifted for a stable softmax (ReChorus' `(scores - scores.max()).softmax(dim=-1)`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
+        right = node.right
+        while isinstance(right, ast.Subscript) or (
+                isinstance(right, ast.Attribute) and right.attr == "values"):
+            right = right.value
+        if isinstance(right, ast.Call) and call_name(right) in {"max", "amax", "logsumexp"}:
+            return node.left
+    return node
 
 
 # The nodes a `_Scope` can read (its `node`): the module, a class, a function or a lambda.

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from maskcheck.errors import FileProblem
 from maskcheck.lint.reading import read_regular, source_kind, source_limit
-from maskcheck.lint.runner import fixed_source
+from maskcheck.lint.runner import find_hits, fixed_source
+from maskcheck.rules.registry import get_rule
 
 _BOM = "\ufeff"
 
@@ -20,6 +21,7 @@ class FileFix:
     path: str
     before: str
     after: str
+    fixed: int = 0  # findings with a safe fix that the edit removes
 
     def diff(self) -> str:
         return "".join(difflib.unified_diff(
@@ -40,6 +42,14 @@ def _decoded(data: bytes) -> tuple[str, str] | None:
         return data.decode(encoding), encoding
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return None
+
+
+def _fixable(source: str, enabled: frozenset[str], path: str) -> int:
+    safe = frozenset(c for c in enabled if (rule := get_rule(c)) is not None and rule.safe_fix)
+    try:
+        return sum(1 for hit in find_hits(source, safe, path=path) if hit.edit is not None)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
 
 
 def fix_files(items: Sequence[tuple[str, frozenset[str]]], *, write: bool) -> list[FileFix]:
@@ -72,7 +82,8 @@ def fix_files(items: Sequence[tuple[str, frozenset[str]]], *, write: bool) -> li
             encoded = ((_BOM if bom else "") + after).encode(encoding)
         except UnicodeEncodeError:
             continue  # an edit the file's encoding cannot hold: left as it is
-        out.append(FileFix(path, source, after))
+        out.append(FileFix(path, source, after, _fixable(source, enabled, path)
+                           - _fixable(after, enabled, path)))
         if write:
             with open(path, "wb") as f:
                 f.write(encoded)

@@ -82,6 +82,9 @@ def test_fix_writes_only_files_with_fixable_findings(tmp_path: Path) -> None:
     assert "MC501" in r.stdout and "MC503" not in r.stdout
     assert bad.read_text() == fixed_source(FIXABLE, CODES)
     assert other.stat().st_mtime_ns == before
+    fixed = len([h for h in find_hits(FIXABLE, CODES) if h.edit is not None])
+    assert r.stderr == f"Fixed {fixed} problems in 1 file.\n"
+    assert cli("--fix", str(tmp_path)).stderr == ""  # nothing left to fix: nothing said
 
 
 def test_rules_says_which_rules_have_a_safe_fix() -> None:

@@ -247,3 +247,44 @@ def test_a_fill_where_a_tensor_is_non_zero_leaves_zero_and_the_fill() -> None:
     mask = inverted.masked_fill(inverted.to(torch.bool), torch.finfo(torch.float16).min)
     assert mask.flatten().tolist() == [0.0, 0.0, torch.finfo(torch.float16).min]
     assert torch.isinf(torch.ones(1, 1, 1, 3, dtype=torch.float16) * mask * 2).any()
+
+
+# THUwangcy/ReChorus#8 proposes "a tiny value like 1e-13" as the fill; pytorch/pytorch#26098
+# proposes -1e-20: both leave the masked keys with the weight of a score of 0.
+TINY_FILL = '''import torch
+
+
+def scaled_dot_product_attention(q, k, v, d_k, mask=None):
+    scores = torch.matmul(q, k.transpose(-2, -1)) / d_k ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e-13)
+    scores = (scores - scores.max()).softmax(dim=-1)
+    return torch.matmul(scores, v)
+'''
+
+
+def test_a_tiny_fill_before_a_stable_softmax_is_found(found: Found) -> None:
+    assert found(TINY_FILL) == [(7, "MC516")]
+
+
+def test_a_large_fill_before_the_softmax_is_silent(found: Found) -> None:
+    assert found(TINY_FILL.replace("-1e-13", "-float('inf')")) == []
+
+
+def test_a_minus_one_sentinel_of_ranking_scores_is_silent(found: Found) -> None:
+    source = '''import torch
+
+
+def best_model(scores, counts, m):
+    scores = scores.masked_fill(counts <= m, -1.0)
+    return scores.argmax()
+'''
+    assert found(source) == []
+
+
+def test_a_tiny_fill_keeps_the_masked_key_weight() -> None:
+    scores = torch.tensor([[2.0, 1.0, 3.0]])
+    keep = torch.tensor([[True, True, False]])
+    tiny = scores.masked_fill(~keep, -1e-13).softmax(-1)
+    assert tiny[0, 2] > 0.05  # as much as a score of 0 gets
+    assert scores.masked_fill(~keep, float("-inf")).softmax(-1)[0, 2] == 0
