@@ -2537,7 +2537,7 @@ class Linter:
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
-        weak = number(value, self.lookup) if value is not None else None
+        weak = self._fill_number(value) if value is not None else None
         if value is not None and weak is not None and -1 <= weak < 0 and target is not None and (
                 self._fill_reaches_softmax(call, target, parent)):
             # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
@@ -2718,6 +2718,23 @@ class Linter:
         param = self._own_parameter(target)
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
+
+    def _fill_number(self, node: ast.AST) -> float | None:
+        """The number a fill value is: a constant, or a parameter (negated or not) that this
+        function has not rebound, by its constant default (hyunwoongko/transformer's
+        `masked_fill(mask == 0, -e)` with `e=1e-12`)."""
+        v = number(node, self.lookup)
+        if v is not None:
+            return v
+        sign, name = 1.0, node
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            sign, name = -1.0, node.operand
+        scope = self.scope
+        if not (isinstance(name, ast.Name) and scope.kind == "function"
+                and name.id in scope.params and name.id not in scope.assigned):
+            return None
+        default = number(scope.defaults[name.id]) if name.id in scope.defaults else None
+        return None if default is None else sign * default
 
     def _masking_default(self, node: ast.AST) -> float | None:
         """The masking default of the parameter `node` names, while it is not rebound."""
