@@ -1812,6 +1812,12 @@ class Linter:
                 for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(cached=True)
+            elif isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(
+                    isinstance(e, ast.Name) for e in target.elts) and facts.diag_indices:
+                # `i, j = torch.triu_indices(n, n)`: rows and columns that hold the diagonal
+                for element in target.elts:
+                    if isinstance(element, ast.Name):
+                        self.scope.values[element.id] = Value(diag_indices=True)
 
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in subnodes(target):
@@ -3122,7 +3128,8 @@ class Linter:
         parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
         rows_cols = [p for p in parts if isinstance(p, ast.Subscript) and isinstance(
             p.value, ast.Name) and self.lookup(p.value.id).diag_indices]
-        return len(rows_cols) >= 2
+        unpacked = [p for p in parts if isinstance(p, ast.Name) and self.lookup(p.id).diag_indices]
+        return len(rows_cols) >= 2 or len(unpacked) >= 2  # `idx[0], idx[1]` or `i, j`
 
     def _zero_mask_call(self, call: ast.Call, name: str) -> None:
         base = receiver(call)

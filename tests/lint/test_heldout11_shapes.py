@@ -237,3 +237,18 @@ def test_is_causal_with_one_query_sees_only_the_first_key() -> None:
     v = torch.eye(5).view(1, 1, 5, 5)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert out.flatten().tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_unpacked_triu_indices_with_offset_zero_are_found(found: Found) -> None:
+    source = '''import torch
+import torch.nn.functional as F
+
+
+def attend(dot):
+    b, h, w = dot.size()
+    i, j = torch.triu_indices(h, w)
+    dot[:, i, j] = float("-inf")
+    return F.softmax(dot, dim=2)
+'''
+    assert found(source) == [(8, "MC503")]
+    assert found(source.replace("triu_indices(h, w)", "triu_indices(h, w, offset=1)")) == []
