@@ -17,6 +17,16 @@ def split_codes(values: Iterable[str] | None) -> list[str]:
     return out
 
 
+def option_codes(values: Iterable[str] | None, flag: str) -> tuple[str, ...]:
+    """The codes of a command-line option; an empty value (`--select ''`) is a usage error,
+    not "no selector" (which for --select would mean every rule)."""
+    for v in values or ():
+        if not v.strip(" ,"):
+            raise UsageError(f"{flag} got an empty value: give codes (MC501), prefixes (MC5) "
+                             "or ALL")
+    return tuple(split_codes(values))
+
+
 def expand(selector: str, *, origin: str = "the command line") -> set[str]:
     """Codes matched by one selector; an unknown selector is a usage error."""
     rules = all_rules()

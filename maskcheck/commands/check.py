@@ -18,7 +18,7 @@ from maskcheck.commands.options import parse_api
 from maskcheck.config import Config, common_start, discover
 from maskcheck.errors import UsageError, discard_stdout, output_error
 from maskcheck.model import FileReport, Report, Severity
-from maskcheck.selection import Selection, parse_severity, split_codes
+from maskcheck.selection import Selection, option_codes, parse_severity
 
 FORMATS = ("concise", "text", "json", "sarif", "github")
 
@@ -289,8 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.jobs is not None and ns.jobs < 1:
             raise UsageError("--jobs takes a number >= 1")
         opts = CheckOptions(
-            select=tuple(split_codes(ns.select)), ignore=tuple(split_codes(ns.ignore)),
-            extend_select=tuple(split_codes(ns.extend_select)), fail_on=ns.fail_on,
+            select=option_codes(ns.select, "--select"),
+            ignore=option_codes(ns.ignore, "--ignore"),
+            extend_select=option_codes(ns.extend_select, "--extend-select"), fail_on=ns.fail_on,
             api=ns.api, jobs=ns.jobs, fix=ns.fix, diff=ns.diff,
         )
         return run_check(ns.paths, opts, fmt=ns.fmt, statistics=ns.statistics,
@@ -326,8 +327,9 @@ def register(app: Any) -> None:
     ) -> int:
         """Lint Python sources and check mask files; findings only, exit code for gating."""
         opts = CheckOptions(
-            select=tuple(split_codes(select)), ignore=tuple(split_codes(ignore)),
-            extend_select=tuple(split_codes(extend_select)), fail_on=fail_on, api=api,
+            select=option_codes(select, "--select"), ignore=option_codes(ignore, "--ignore"),
+            extend_select=option_codes(extend_select, "--extend-select"), fail_on=fail_on,
+            api=api,
             jobs=jobs, fix=fix, diff=diff,
         )
         return run_check(list(paths), opts, fmt=output_format, statistics=statistics,

@@ -81,7 +81,7 @@ def test_selection_and_fail_on(bad: Path, args: tuple[str, ...], code: int) -> N
 @pytest.mark.parametrize(
     "args",
     [("--select", "MC999"), ("--ignore", "nonsense"), ("--fail-on", "loud"),
-     ("--format", "xml"), ("--api", "keras")],
+     ("--format", "xml"), ("--api", "keras"), ("--select", ""), ("--extend-select", " ,")],
 )
 def test_usage_errors_exit_2(bad: Path, args: tuple[str, ...]) -> None:
     r = cli(*args, str(bad))
