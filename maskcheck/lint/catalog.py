@@ -174,7 +174,8 @@ FINFO_MIN_SUMMED = register(RuleInfo(
 ))
 WEAK_MASK_VALUE = register(RuleInfo(
     "MC516", "weak-mask-value", W, "source",
-    "Attention scores filled with a value between -1 and 0 (`-1e-9` for `-1e9`): masks nothing.",
+    "Attention scores filled with a value between -1 and 0 (`-1e-9` for `-1e9`): masks almost "
+    "nothing.",
     "A masked score must be so negative that softmax gives it no weight: -inf, "
     "`torch.finfo(dtype).min`, or a large negative number. A fill between -1 and 0 (often "
     "`-1e-9` or `-1e-20` typed for `-1e9`/`-1e20`, or `-1.0`) leaves the masked position with "
