@@ -1534,6 +1534,21 @@ class Linter:
                 self.scope.returns_none = True
                 return
             self.scope.returns.append(self.value(node.value))
+            if isinstance(node.value, ast.Dict):
+                self._note_fields(node.value)
+
+    def _note_fields(self, record: ast.Dict) -> None:
+        """`return {"features": x, "padding_mask": pad.float()}` (a collate_fn, a model's
+        outputs), or such a dict bound to a name: what each string key holds, read back as `batch["padding_mask"]` where
+        `batch` is not known (values' `_describe_subscript`). Keys returned with different
+        facts keep the facts they share."""
+        module = self.scopes[0].values
+        for key, value in zip(record.keys, record.values, strict=True):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                facts = _seedable(self.value(value))
+                name = f"[{key.value}]"
+                held = module.get(name)
+                module[name] = facts if held is None else _join(held, facts)
 
     def _join_branches(self, node: ast.AST | None) -> None:
         assert isinstance(node, ast.If)
@@ -1774,6 +1789,8 @@ class Linter:
                     f"away: {what}; assign the result{how}")
 
     def _assign(self, node: ast.Assign) -> None:
+        if isinstance(node.value, ast.Dict):
+            self._note_fields(node.value)  # `batch = {"padding_mask": pad.float(), ...}`
         facts = self._bound_facts(node.value)
         for target in node.targets:
             self._assign_target(target, node.value, facts)

@@ -615,6 +615,10 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True)
+    if not base and isinstance(key, ast.Constant) and isinstance(key.value, str):
+        held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
+        if held:
+            return held
     if _cache_prefix(node):
         return Value(cached=True)
     if base.element_mha:  # `self.attention_layers[i]`: one of the attention modules
