@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
 from maskcheck.lint.values import (
+    ATTENTION_CLASSES,
     AUTOCAST,
     BF16_MAX,
     FLOAT_DTYPES,
@@ -1539,9 +1540,9 @@ class Linter:
 
     def _note_fields(self, record: ast.Dict) -> None:
         """`return {"features": x, "padding_mask": pad.float()}` (a collate_fn, a model's
-        outputs), or such a dict bound to a name: what each string key holds, read back as `batch["padding_mask"]` where
-        `batch` is not known (values' `_describe_subscript`). Keys returned with different
-        facts keep the facts they share."""
+        outputs), or such a dict bound to a name: what each string key holds, read back as
+        `batch["padding_mask"]` where `batch` is not known (values' `_describe_subscript`).
+        Keys returned with different facts keep the facts they share."""
         module = self.scopes[0].values
         for key, value in zip(record.keys, record.values, strict=True):
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
@@ -3829,7 +3830,7 @@ def _container_attention(value: ast.expr) -> str | None:
     if not made or len(names) != 1 or len(made) != sum(isinstance(m, ast.Call) for m in made):
         return None
     name = names.pop()
-    return name if name in _ATTENTION_MODULES else None
+    return name if name in ATTENTION_CLASSES else None
 
 
 def _asserted_bool(test: ast.expr) -> list[str]:
@@ -3853,9 +3854,6 @@ def _asserted_bool(test: ast.expr) -> list[str]:
 # when every call passes that mask. Not "addmin" (the function adds its own finfo.min plane to
 # the mask it is given): there the caller's finfo.min mask is the one to change.
 _USE_SITE_ROLES = frozenset({"add", "mul"})
-_ATTENTION_MODULES = frozenset({
-    "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-    "TransformerEncoder", "TransformerDecoder"})
 
 
 def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None:

@@ -603,7 +603,7 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     if v is not None:
         return Value(number=v)
     if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"} or (
-            node.attr in _ATTENTION_CLASSES and module_dotted(node.value) in {"nn", "torch.nn"}):
+            node.attr in ATTENTION_CLASSES and module_dotted(node.value) in {"nn", "torch.nn"}):
         return Value(api=node.attr)  # `attend = F.scaled_dot_product_attention`, `MHA = nn.M...`
     if dtype_of(node) in HALF_DTYPES and module_dotted(node.value) == "torch":
         return Value(maybe_half=True)  # `dtype = torch.bfloat16`: the dtype object
@@ -911,7 +911,8 @@ def one_minus(node: ast.AST) -> bool:
             and number(node.left) == 1)
 
 
-_ATTENTION_CLASSES = frozenset({
+# torch's attention modules, whose masks follow nn.MultiheadAttention (True = masked).
+ATTENTION_CLASSES = frozenset({
     "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerDecoder"})
 
@@ -930,7 +931,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
-    if name in _ATTENTION_CLASSES:
+    if name in ATTENTION_CLASSES:
         return Value(mha=True, module=name)
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
