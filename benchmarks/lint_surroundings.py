@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout12|all]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout13|all]
                                            [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
@@ -602,7 +602,7 @@ def main() -> int:
     ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4",
                                        "heldout5", "heldout6", "heldout7", "heldout8",
                                        "heldout9", "heldout10", "heldout11", "heldout12",
-                                       "all"],
+                                       "heldout13", "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()
