@@ -178,6 +178,8 @@ class _Scope:
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
+    # Function scopes: each return that is a tuple, as what each of its elements gives.
+    tuple_returns: list[tuple[Value, ...]] = field(default_factory=list)
     returns_none: bool = False  # function scopes: some return gives None (`return None`, `return`)
     node: ast.AST | None = None  # the function (or module) whose body this scope reads
     # Names this scope hands to softmax somewhere (read on demand): score tensors by their use.
@@ -1455,6 +1457,9 @@ class Linter:
         else:
             facts = Value(result=result) if not done.returns_none else Value(
                 result_unless_none=result)
+        parts = _parts_of(done)
+        if parts:
+            facts = replace(facts, parts=parts)
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
             # calls below are bool too; and whatever else every return gives (an all -inf
@@ -1500,6 +1505,9 @@ class Linter:
                          if "." not in key and (value.flag is not None or value.number is not None)}
             if constants:
                 self._class_fields[done.name] = constants
+                for key, value in constants.items():
+                    if value.number is not None:  # `MaskValue.PAD` (see values.number)
+                        self.bind(f"{done.name}.{key}", Value(number=value.number))
             self._class_attrs[done.name] = {
                 key: value for key, value in done.values.items()
                 if key.startswith("self.") and (value.result is not None
@@ -1535,6 +1543,8 @@ class Linter:
                 self.scope.returns_none = True
                 return
             self.scope.returns.append(self.value(node.value))
+            if isinstance(node.value, ast.Tuple):
+                self.scope.tuple_returns.append(tuple(self.value(e) for e in node.value.elts))
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)
 
@@ -1830,12 +1840,29 @@ class Linter:
                 for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(cached=True)
+            elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and (
+                    parts := self._returned_parts(value)) and len(parts) == len(target.elts):
+                # `causal, padding = build_masks(...)`: each name what its position gives
+                for element, part in zip(target.elts, parts, strict=True):
+                    if isinstance(element, ast.Name) and part:
+                        self.scope.values[element.id] = part
             elif isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(
                     isinstance(e, ast.Name) for e in target.elts) and facts.diag_indices:
                 # `i, j = torch.triu_indices(n, n)`: rows and columns that hold the diagonal
                 for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(diag_indices=True)
+
+    def _returned_parts(self, call: ast.Call) -> tuple[Value, ...]:
+        """What each position of the tuple a function (or `self.` method) of this file returns
+        gives, for `a, b = f(...)`."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            return self.lookup(func.id).parts
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+                func.value.id == "self"):
+            return self.lookup("self." + func.attr).parts
+        return ()
 
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in subnodes(target):
@@ -3854,6 +3881,19 @@ def _asserted_bool(test: ast.expr) -> list[str]:
 # when every call passes that mask. Not "addmin" (the function adds its own finfo.min plane to
 # the mask it is given): there the caller's finfo.min mask is the one to change.
 _USE_SITE_ROLES = frozenset({"add", "mul"})
+
+
+def _parts_of(done: _Scope) -> tuple[Value, ...]:
+    """A function whose every return is a tuple of one length (none bare): the facts each
+    position shares over the returns; () otherwise."""
+    tuples = done.tuple_returns
+    if done.kind != "function" or not tuples or len(tuples) != len(done.returns) or (
+            done.returns_none or len({len(t) for t in tuples}) != 1):
+        return ()
+    parts = list(tuples[0])
+    for other in tuples[1:]:
+        parts = [_join(a, b) for a, b in zip(parts, other, strict=True)]
+    return tuple(parts) if any(parts) else ()
 
 
 def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None:

@@ -114,6 +114,9 @@ class Value:
     # ... the same for a function that may also return None: holds where a test of the name
     # bound to its call says the call gave a tensor (`if causal is not None:`).
     result_unless_none: Any = None
+    # ... a function whose every return is a tuple of one length: what each position gives
+    # (`causal, padding = build_masks(...)`).
+    parts: tuple[Any, ...] = ()
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
@@ -281,6 +284,11 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
+    if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
+            node.value, ast.Name) and node.value.id not in _MODULE_ROOTS:
+        # `MaskValue.PAD`, `Config.NEG_INF`: a constant of a class of this file (an Enum
+        # member's value, a class attribute), bound as `Class.NAME` when the class ends
+        return lookup(f"{node.value.id}.{node.attr}").number
     return None
 
 
@@ -922,6 +930,11 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     base_node = receiver(call)
     if name is None:
         return UNKNOWN
+    if name == "getattr" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and (
+            call.args[1].value in {"scaled_dot_product_attention", "triu", "tril",
+                                   "masked_fill"}) and module_dotted(call.args[0]) in {
+            "F", "torch", "torch.nn.functional"}:
+        return Value(api=call.args[1].value)  # `_sdpa = getattr(F, "scaled_dot_product_...")`
     if name == "partial" and len(call.args) == 1:
         target = describe(call.args[0], lookup)
         if target.api is not None:
