@@ -100,3 +100,22 @@ def test_finfo_min_masks_returned_as_a_tuple_and_combined_are_silent(found: Foun
 def test_two_finfo_min_masks_sum_to_minus_inf() -> None:
     neg = torch.finfo(torch.float32).min
     assert torch.isinf(torch.tensor(neg) + torch.tensor(neg))
+
+
+def test_an_instance_constant_read_through_self_stays_silent(found: Found) -> None:
+    # espnet's CTC prefix scorer: `self.logzero = -10000000000.0`, a float32 log-domain sentinel
+    source = '''import torch
+
+
+class CTCPrefixScore:
+    def __init__(self, x):
+        self.logzero = -10000000000.0
+        self.x = x
+
+    def initial_state(self, n):
+        return torch.full((n, 2), self.logzero)
+'''
+    assert found(source) == []
+    # torch.full without a dtype is float32, where -1e10 fits: silent through the class too
+    assert found(source.replace("self.logzero)", "CTCPrefixScore.LOGZERO)").replace(
+        "class CTCPrefixScore:\n", "class CTCPrefixScore:\n    LOGZERO = -1e10\n\n")) == []
