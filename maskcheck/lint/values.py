@@ -285,11 +285,12 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
     if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
-            node.value, ast.Name) and node.value.id not in _MODULE_ROOTS | {"self", "cls"}:
+            node.value, ast.Name) and node.value.id[:1].isupper() and (
+            node.value.id not in _MODULE_ROOTS):
         # `MaskValue.PAD`, `Config.NEG_INF`: a constant of a class of this file (an Enum
-        # member's value, a class attribute), bound as `Class.NAME` when the class ends (not
-        # `self.x`: an instance's attribute may be set to anything; the rules that read one
-        # ask for it themselves)
+        # member's value, a class attribute; a capitalised class name), bound as `Class.NAME`
+        # when the class ends (not `self.x`: an instance's attribute may be set to anything;
+        # the rules that read one ask for it themselves)
         return lookup(f"{node.value.id}.{node.attr}").number
     return None
 
