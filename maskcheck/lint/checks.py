@@ -769,9 +769,8 @@ class Linter:
         # Class node -> the methods its forward / __call__ / training_step reach through
         # `self.name(...)` calls (see `_on_grad_path`).
         self._grad_methods: dict[int, frozenset[str]] = {}
-        # Names of the classes of this file that another class of it instantiates (read only
-        # when a function takes an unannotated `model`, see `_file_model`).
-        # ... and those that define forward (an nn.Module, by its method).
+        # The classes of this file that another class of it instantiates, and those that
+        # define forward (see `_file_model`; made on the first unannotated `model`).
         self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
         # First walk of a module (see `rerun`): the state before each top-level statement and
         # after the last, with how many hits, `param_hits` and entered functions came before;
