@@ -1,6 +1,6 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh8|all]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh10|all]
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in a
@@ -41,13 +41,22 @@ import tomllib
 from _lint_bench import MASKCHECK, maskcheck_location
 from _machine import machine
 
+from maskcheck.lint.project import PROJECT_MARKERS, SEARCHED_SUFFIXES
+
 HERE = Path(__file__).resolve().parent
 CORPORA_FILE = HERE / "lint_corpora.toml"
 VERDICTS_FILE = HERE / "lint_verdicts.json"
 WORK = HERE / "_work"
 BIN = Path(sys.executable).parent
-# Only what `check` reads is unpacked: sources and notebooks.
+# Only what `check` reads is unpacked: sources and notebooks, and the project files, configs,
+# scripts and docs that MC501's project gate searches for float16 evidence. A code base without a
+# project file at its root (a GitHub archive, a wheel) gets an empty `.git` folder there, as a
+# clone has: that is where the gate's project ends (else the search would climb into this
+# repository).
 LINTED_SUFFIXES = (".py", ".pyi", ".ipynb")
+UNPACKED_SUFFIXES = tuple(sorted(set(LINTED_SUFFIXES) | SEARCHED_SUFFIXES))
+# Bumped when what is unpacked changes: older unpacked trees are unpacked again.
+UNPACK_LAYOUT = "2"
 
 
 @dataclass(frozen=True)
@@ -128,13 +137,15 @@ def download(corpus: Corpus) -> Path:
 def safe_member(name: str) -> PurePosixPath | None:
     """The member's path below the archive's top folder, or None to skip it."""
     parts = PurePosixPath(name).parts
-    if not name.endswith(LINTED_SUFFIXES) or ".." in parts or name.startswith("/"):
+    if not name.endswith(UNPACKED_SUFFIXES) or ".." in parts or name.startswith("/"):
         return None
     return PurePosixPath(*parts[1:]) if len(parts) > 1 else PurePosixPath(name)
 
 
 def unpack(corpus: Corpus) -> Path:
-    if (corpus.root / ".unpacked").exists():
+    stamp = f"{corpus.file} layout {UNPACK_LAYOUT}"
+    done = corpus.root / ".unpacked"
+    if done.exists() and done.read_text() == stamp:
         return corpus.root
     archive = download(corpus)
     tmp = corpus.root.with_name(corpus.root.name + ".tmp")
@@ -143,7 +154,8 @@ def unpack(corpus: Corpus) -> Path:
         with zipfile.ZipFile(archive) as zf:
             for name in zf.namelist():
                 # A wheel has no top folder: keep the whole path.
-                if name.endswith(LINTED_SUFFIXES) and ".." not in name and not name.startswith("/"):
+                if (name.endswith(UNPACKED_SUFFIXES) and ".." not in name
+                        and not name.startswith("/")):
                     dest = tmp / name
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     dest.write_bytes(zf.read(name))
@@ -159,7 +171,9 @@ def unpack(corpus: Corpus) -> Path:
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(source.read())
-    (tmp / ".unpacked").write_text(corpus.file)
+    if not any((tmp / marker).exists() for marker in PROJECT_MARKERS):
+        (tmp / ".git").mkdir()  # a GitHub archive or a wheel: checked as its checkout would be
+    (tmp / ".unpacked").write_text(stamp)
     shutil.rmtree(corpus.root, ignore_errors=True)
     tmp.rename(corpus.root)
     return corpus.root

@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout13|all]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout14|all]
                                            [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _lint_bench import MASKCHECK, maskcheck_location, source_rule_codes
-from lint_recall import corpus_files, read_bugs, rel
+from lint_recall import HELD_OUT_SETS, corpus_files, read_bugs, rel
 
 # A place: the original line, or (cell, line in cell) in a notebook.
 Place = int | tuple[int, int]
@@ -599,10 +599,7 @@ def print_outcome(outcome: Outcome, show: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=["dev", "heldout", "heldout2", "heldout3", "heldout4",
-                                       "heldout5", "heldout6", "heldout7", "heldout8",
-                                       "heldout9", "heldout10", "heldout11", "heldout12",
-                                       "heldout13", "all"],
+    ap.add_argument("--set", choices=["dev", *HELD_OUT_SETS, "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
     args = ap.parse_args()

@@ -73,6 +73,8 @@ def _project(tmp_path_factory: pytest.TempPathFactory, source: str,
              **others: str) -> Path:
     project = tmp_path_factory.mktemp("project")
     (project / "model.py").write_text(source)
+    # A project that trains in float16, where -1e9 raises (MC501 reads the project for it).
+    (project / "train.sh").write_text("python train.py --fp16\n")
     for name, text in others.items():
         (project / name.replace("_", ".")).write_text(text)
     _git("init", "-q", cwd=project)

@@ -16,7 +16,11 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "masked row turns into NaN after softmax. The same code works in fp32, which is why it "
     "survives until someone turns on autocast or loads the model in half precision. bfloat16 "
     "has float32's range, so -1e9 is finite there: the rule stays silent on a tensor the file "
-    "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`).",
+    "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`), and on a file whose "
+    "project never runs float16: when neither the file nor anything in its project (the "
+    "nearest folder above it with .git, pyproject.toml, setup.py or setup.cfg: sources, "
+    "notebooks, configs, scripts, docs) mentions `torch.float16`, `.half()`, fp16, autocast, "
+    "GradScaler, apex or mixed precision. A file in no project is always checked.",
     "scores = scores.masked_fill(mask == 0, -1e9)",
     "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
     "use torch.finfo(x.dtype).min (or float('-inf') with a safe softmax) instead of the literal",

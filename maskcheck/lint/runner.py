@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from maskcheck.errors import FileProblem
 from maskcheck.lint.checks import Edit, Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
+from maskcheck.lint.project import FLOAT16_EVIDENCE, may_run_float16
 from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
@@ -118,10 +119,11 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
         if is_notebook(path):
             from maskcheck.lint.notebook import lint_notebook
 
-            report.findings = lint_notebook(data, enabled, path=path, lint=lint_source)
+            report.findings = _float16_gate(
+                lint_notebook(data, enabled, path=path, lint=lint_source), data, path)
             return report
         source = decode_source(data)
-        report.findings = lint_source(source, enabled, path=path)
+        report.findings = _float16_gate(lint_source(source, enabled, path=path), data, path)
     except ValueError as e:  # undecodable, NUL bytes, a malformed notebook
         report.error = str(e)
     except SyntaxError as e:
@@ -133,6 +135,16 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
     except Exception as e:  # a linter bug costs this file an error line, not the whole run
         report.error = f"internal error while linting ({type(e).__name__}: {e}); please report it"
     return report
+
+
+def _float16_gate(findings: list[Finding], data: bytes, path: str) -> list[Finding]:
+    """Without MC501 where neither the file nor its project ever mentions float16: the fill
+    then runs in float32 or bfloat16, where it is finite (see `maskcheck.lint.project`).
+    `lint_source` has no project, so it keeps them."""
+    if not any(f.code == "MC501" for f in findings) or FLOAT16_EVIDENCE.search(
+            data) or may_run_float16(path):
+        return findings
+    return [f for f in findings if f.code != "MC501"]
 
 
 # A parse allocates hundreds of thousands of nodes, none in a reference cycle, and each tree is

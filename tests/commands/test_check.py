@@ -253,6 +253,7 @@ def test_pyproject_config_applies(tmp_path: Path) -> None:
         '[tool.maskcheck]\nignore = ["MC503"]\nfail-on = "warning"\nexclude = ["gen"]\n'
         '[tool.maskcheck.per-file-ignores]\n"tests/*" = ["MC501"]\n'
     )
+    (tmp_path / "train.sh").write_text("python train.py --fp16\n")  # MC501's project gate
     for rel in ("pkg/model.py", "tests/test_model.py", "gen/model.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(BAD)

@@ -94,6 +94,8 @@ def snapshot(top: Path) -> dict[str, tuple[str, int]]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     (tmp_path / "good.py").write_text(GOOD)
+    # Runs in float16, where GOOD's -1e9 raises (MC501 reads the project for it).
+    (tmp_path / "train.sh").write_text("python train.py --fp16\n")
     return tmp_path
 
 

@@ -1,0 +1,169 @@
+"""MC501's project gate: a -1e9 fill is reported only where the file's project may run
+float16. Real files in real folders, `maskcheck check` as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from maskcheck.lint import project
+from maskcheck.lint.runner import lint_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The annotated transformer's attention (graykode/nlp-tutorial, tunz/transformer-pytorch): in
+# float32, -1e9 is finite and the fill is right; on float16 scores it raises.
+ATTENTION = """\
+import torch
+
+
+def attention(q, k, v, mask):
+    scores = torch.matmul(q, k.transpose(-2, -1)) / q.size(-1) ** 0.5
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return torch.softmax(scores, dim=-1) @ v
+"""
+FILL_LINE = 6
+
+
+def check(*paths: Path, cwd: Path) -> list[tuple[str, int, str]]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    r = subprocess.run([sys.executable, "-m", "maskcheck", "check", "--format", "json",
+                        "--exit-zero", *map(str, paths)], capture_output=True, text=True,
+                       env=env, cwd=cwd, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    return [(Path(f["path"]).name, g["line"], g["code"]) for f in json.loads(r.stdout)["files"]
+            for g in f["findings"]]
+
+
+def make_project(base: Path, marker: str = "pyproject.toml") -> Path:
+    proj = base / "proj"
+    (proj / "model").mkdir(parents=True)
+    if marker == ".git":
+        (proj / ".git").mkdir()
+    else:
+        (proj / marker).write_text("")
+    (proj / "model" / "attention.py").write_text(ATTENTION)
+    (proj / "train.py").write_text("import torch\n\nmodel = torch.nn.Linear(2, 2)\n")
+    return proj
+
+
+@pytest.mark.parametrize("marker", ["pyproject.toml", "setup.py", "setup.cfg", ".git"])
+def test_silent_in_a_project_that_never_runs_float16(tmp_path: Path, marker: str) -> None:
+    proj = make_project(tmp_path, marker)
+    assert check(proj, cwd=proj) == []
+    # The same from the pre-commit hook's point of view: one staged file, relative path.
+    assert check(Path("model/attention.py"), cwd=proj) == []
+
+
+@pytest.mark.parametrize("evidence", [
+    ("train.py", "model = model.half()\n"),
+    ("train.py", "scaler = torch.cuda.amp.GradScaler()\n"),
+    ("train.py", "with torch.autocast('cuda'):\n    pass\n"),
+    ("train.py", "parser.add_argument('--fp16', action='store_true')\n"),
+    ("train.py", "model.to(dtype=torch.float16)\n"),
+    ("train.py", "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n"),
+    ("train.py", "trainer = pl.Trainer(precision=16)\n"),
+    ("configs/base.yaml", "training:\n  fp16: true\n"),
+    ("scripts/run.sh", "python train.py --fp16\n"),
+    ("README.md", "Mixed precision training is supported.\n"),
+])
+def test_reported_once_the_project_mentions_float16(tmp_path: Path,
+                                                     evidence: tuple[str, str]) -> None:
+    proj = make_project(tmp_path)
+    name, text = evidence
+    (proj / name).parent.mkdir(parents=True, exist_ok=True)
+    (proj / name).write_text(text)
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    assert check(Path("model/attention.py"), cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
+def test_numpy_float16_is_not_a_models_dtype(tmp_path: Path) -> None:
+    """tsai downcasts a pandas frame to np.float16; pytorch-forecasting reads np.finfo of it."""
+    proj = make_project(tmp_path)
+    (proj / "utils.py").write_text("import numpy as np\n\ndf = df.astype(np.float16)\n"
+                                   "eps = np.finfo(np.float16).eps\n")
+    assert check(proj, cwd=proj) == []
+
+
+def test_naming_apex_is_not_running_its_amp(tmp_path: Path) -> None:
+    """allennlp 0.9.0 names apex only in a warning (its fused LayerNorm is float32 work)."""
+    proj = make_project(tmp_path)
+    (proj / "warn.py").write_text('WARNING = "Better speed can be achieved with apex installed '
+                                  'from https://www.github.com/nvidia/apex."\n'
+                                  "from apex.normalization import FusedLayerNorm\n")
+    assert check(proj, cwd=proj) == []
+
+
+def test_the_files_own_half_path_is_enough(tmp_path: Path) -> None:
+    proj = make_project(tmp_path)
+    (proj / "model" / "attention.py").write_text(ATTENTION + "\nq = torch.zeros(1).half()\n")
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
+def test_a_file_outside_any_project_is_reported(tmp_path: Path) -> None:
+    """Nothing says how a lone file runs: the fill is reported, as it always was."""
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "attention.py").write_text(ATTENTION)
+    assert project.project_root(str(loose / "attention.py")) is None
+    assert check(loose / "attention.py", cwd=tmp_path) == [("attention.py", FILL_LINE, "MC501")]
+
+
+def test_the_nearest_project_is_the_one_searched(tmp_path: Path) -> None:
+    """A sub-package with its own pyproject.toml is its own project: the outer repository's
+    `--fp16` is another program's."""
+    outer = tmp_path / "repo"
+    (outer / ".git").mkdir(parents=True)
+    (outer / "train_fp16.sh").write_text("python train.py --fp16\n")
+    inner = make_project(outer)
+    assert project.project_root(str(inner / "model" / "attention.py")) == inner.resolve()
+    assert check(inner, cwd=inner) == []
+    (inner / "pyproject.toml").unlink()
+    assert check(inner, cwd=inner) == [("attention.py", FILL_LINE, "MC501")]
+
+
+def test_notebooks_follow_the_same_gate(tmp_path: Path) -> None:
+    proj = make_project(tmp_path)
+    (proj / "model" / "attention.py").unlink()
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": ATTENTION.splitlines(keepends=True)}]
+    nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (proj / "Transformer.ipynb").write_text(json.dumps(nb))
+    assert check(proj, cwd=proj) == []
+    cells.append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                  "source": ["model = model.half()\n"]})
+    (proj / "Transformer.ipynb").write_text(json.dumps(nb))
+    assert check(proj, cwd=proj) == [("Transformer.ipynb", FILL_LINE, "MC501")]
+
+
+def test_excluded_folders_symlinks_and_fifos_are_not_read(tmp_path: Path) -> None:
+    proj = make_project(tmp_path)
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("model.half()\n")
+    (proj / "linked.py").symlink_to(outside)  # may leave the project: not followed
+    (proj / ".venv" / "lib").mkdir(parents=True)
+    (proj / ".venv" / "lib" / "amp.py").write_text("torch.cuda.amp.autocast()\n")
+    (proj / "build").mkdir()
+    (proj / "build" / "x.py").write_text("x.half()\n")
+    os.mkfifo(proj / "pipe.yaml")  # opening it would block
+    assert check(proj / "model", cwd=proj) == []
+
+
+def test_a_project_too_big_to_read_counts_as_one_that_may_run_float16(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proj = make_project(tmp_path)
+    for i in range(3):
+        (proj / f"m{i}.py").write_text("x = 1\n")
+    path = str(proj / "model" / "attention.py")
+    project._project_mentions_float16.cache_clear()
+    assert lint_file(path, frozenset({"MC501"})).findings == []
+    monkeypatch.setattr(project, "MAX_FILES", 2)
+    project._project_mentions_float16.cache_clear()
+    assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
+    project._project_mentions_float16.cache_clear()
