@@ -326,7 +326,8 @@ def with_no_grad(node: ast.With | ast.AsyncWith) -> bool:
 # Where autocast's device is named but not its dtype, the device's default (torch 2.13:
 # torch.get_autocast_dtype("cuda") is float16, "cpu" bfloat16).
 _AUTOCAST_DEVICE_DTYPE = {"cuda": "half", "cpu": "bf16", "xpu": "half"}
-_AUTOCAST_VALUES = {None: UNKNOWN, "half": Value(dtype="half"), "bf16": Value(dtype="bf16")}
+_AUTOCAST_VALUES = {None: UNKNOWN, "half": Value(dtype="half"), "bf16": Value(dtype="bf16"),
+                    "maybe": Value(maybe_half=True)}
 
 
 def autocast_dtype(node: ast.With | ast.AsyncWith) -> str | None:
@@ -341,13 +342,35 @@ def autocast_dtype(node: ast.With | ast.AsyncWith) -> str | None:
             return None
         dtype = kwarg(expr, "dtype")
         if dtype is not None:
-            return dtype_of(dtype) if dtype_of(dtype) in HALF_DTYPES else None
+            told = dtype_of(dtype)
+            if told is None:
+                # `dtype=amp_dtype`: autocast lowers only to float16 or bfloat16 (torch 2.13
+                # disables itself with a warning for any other dtype), so one of the two
+                return "maybe"
+            return told if told in HALF_DTYPES else None
         where = module_dotted(expr.func) or ""
         if ".cuda.amp." in f".{where}" or ".cpu.amp." in f".{where}":
             return "half" if ".cuda." in f".{where}" else "bf16"
         device = expr.args[0] if expr.args else kwarg(expr, "device_type")
         if isinstance(device, ast.Constant) and isinstance(device.value, str):
             return _AUTOCAST_DEVICE_DTYPE.get(device.value)
+        if device is not None:
+            return "maybe"  # `torch.autocast(x.device.type)`: CUDA's float16 or the CPU's bf16
+    return None
+
+
+def _autocast_entered(node: ast.AST | None) -> str | None:
+    """The dtype a `@contextmanager` function enters torch.autocast in (`with precision():`
+    then runs its block under it); None for any other function."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
+            (d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", None))
+            in {"contextmanager", "asynccontextmanager"} for d in node.decorator_list):
+        return None
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.With, ast.AsyncWith)):
+            lowered = autocast_dtype(sub)
+            if lowered is not None:
+                return lowered
     return None
 
 
@@ -1029,13 +1052,26 @@ class Linter:
                 and isinstance(source.func, ast.Name) and source.func.id == "enumerate"
                 and len(source.args) == 1 and not source.keywords):
             target, source = target.elts[1], source.args[0]  # `for i, layer in enumerate(...)`
-        if isinstance(target, ast.Name):
-            iterated = self.value(source)
-            roles, module = iterated.element_roles, iterated.element_module
-            if roles or module:  # `for layer in self.layers:` over instances of a local class
-                self.bind(target.id, Value(param_roles=roles, module=module))
-            elif iterated.element_mha:  # ... over torch attention modules
-                self.bind(target.id, Value(mha=True, module=iterated.element_mha))
+        if (isinstance(target, ast.Tuple) and isinstance(source, ast.Call)
+                and isinstance(source.func, ast.Name) and source.func.id == "zip"
+                and len(source.args) == len(target.elts) and not source.keywords):
+            # `for block, bias in zip(self.blocks, self.biases)`: each name, one container's
+            pairs = list(zip(target.elts, source.args, strict=True))
+        else:
+            pairs = [(target, source)]
+        for one, container in pairs:
+            if isinstance(one, ast.Name):
+                self._bind_element(one.id, self.value(container))
+
+    def _bind_element(self, name: str, iterated: Value) -> None:
+        """Bind a loop variable to what one element of the iterated container is."""
+        roles, module = iterated.element_roles, iterated.element_module
+        if roles or module:  # `for layer in self.layers:` over instances of a local class
+            self.bind(name, Value(param_roles=roles, module=module))
+        elif iterated.element_mha:  # ... over torch attention modules
+            self.bind(name, Value(mha=True, module=iterated.element_mha))
+        elif iterated.element_grad:  # ... over the Parameters of an nn.ParameterList
+            self.bind(name, Value(grad=True))
 
     def _enter_class(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, ast.ClassDef)
@@ -1117,12 +1153,23 @@ class Linter:
         if type(node.test) not in _LEAVES:
             stack.append((node.test, node))
 
+    def _managed_autocast(self, node: ast.With | ast.AsyncWith) -> str | None:
+        """`with inference_precision(device):` over a @contextmanager of this file that enters
+        torch.autocast (see `_autocast_entered`)."""
+        for item in node.items:
+            expr = item.context_expr
+            if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+                entered = self.lookup(expr.func.id).enters_autocast
+                if entered is not None:
+                    return entered
+        return None
+
     def _enter_with(self, node: ast.AST, parent: ast.AST | None, stack: _Stack) -> None:
         assert isinstance(node, (ast.With, ast.AsyncWith))
         if not self.scope.no_grad and with_no_grad(node):
             self.scope.no_grad = True
             stack.append((_Exit("no_grad"), None))
-        lowered = autocast_dtype(node)
+        lowered = autocast_dtype(node) or self._managed_autocast(node)
         if lowered is not None and lowered != self.scope.autocast:
             # the marker carries the dtype to restore (an outer autocast block's, or None)
             stack.append((_Exit("autocast", ast.Constant(self.scope.autocast)), None))
@@ -1465,9 +1512,10 @@ class Linter:
             # matrix, a finfo.min fill). What it does with its parameters is checked at its calls.
             returns_bool = bool(done.returns) and not done.returns_none and all(
                 v.dtype == "bool" for v in done.returns)
-            if returns_bool or roles or facts:
+            entered = _autocast_entered(done.node)
+            if returns_bool or roles or facts or entered:
                 self.bind(done.name, replace(facts, returns_bool=returns_bool,
-                                             param_roles=roles))
+                                             param_roles=roles, enters_autocast=entered))
                 self._roles_known = self._roles_known or bool(roles)
         elif roles and self.scope.kind == "class" and done.name in {"forward", "__call__"}:
             self._class_roles[self.scope.name] = roles  # calls of an instance
@@ -1585,6 +1633,8 @@ class Linter:
             if marked is not None:
                 self._branch_values[id(node)] = self.scope.values.get(marked, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            if isinstance(node.value, ast.Dict):
+                self._note_fields(node.value)  # `CONFIG: Config = {"mask_value": -1e9}`
             self._assign_target(node.target, node.value, self._bound_facts(node.value))
         elif isinstance(node, ast.NamedExpr):  # `(a := a * keep)` binds like `a = a * keep`
             self._assign_name(node.target.id, node.value, self.value(node.value))
@@ -1671,6 +1721,8 @@ class Linter:
             self._softmax(call, parent)
         elif name in {"add", "add_", "mul", "sub", "sub_"} and not call.keywords:
             self._arithmetic_call(call, name)
+        elif name == "sum" and isinstance(call.func, ast.Name) and len(call.args) == 1:
+            self._builtin_sum(call, parent)
         elif name in {"bitwise_not", "bitwise_not_"}:
             operand = call.args[0] if is_module_call(call) and len(call.args) == 1 else (
                 receiver(call) if not is_module_call(call) and not call.args else None)
@@ -2319,6 +2371,25 @@ class Linter:
             return True
         return isinstance(node, ast.Name) and self._softmax_input(node.id)
 
+    def _builtin_sum(self, call: ast.Call, parent: ast.AST | None) -> None:
+        """`sum(b for b in (causal, padding, segment) if b is not None)`: Python's sum adds
+        the masks one by one, as `causal + padding` would (MC513)."""
+        items: ast.expr = call.args[0]
+        if isinstance(items, ast.GeneratorExp) and len(items.generators) == 1 and isinstance(
+                items.elt, ast.Name) and isinstance(items.generators[0].target, ast.Name) and (
+                items.elt.id == items.generators[0].target.id):
+            items = items.generators[0].iter  # each element as it is
+        if isinstance(items, ast.Name) and items.id not in self.scope.mutated:
+            bound = self.scope.derived.get(items.id)
+            items = bound if isinstance(bound, (ast.Tuple, ast.List)) else items
+        if not isinstance(items, (ast.Tuple, ast.List)) or _is_clamped(call, parent) or (
+                self._clamps_to_min):
+            return
+        if sum(1 for e in items.elts if self.value(e).finfo_min) >= 2:
+            self.report("MC513", call, "two masks filled with finfo.min added together (by "
+                        "sum): the sum overflows to -inf and a fully masked row becomes NaN; "
+                        "combine them with torch.minimum or a bool mask")
+
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
             if self._is_scores(other) and not self._is_scores(mask_node):
@@ -2761,7 +2832,7 @@ class Linter:
         v = number(value, self.lookup)
         if v is None:
             v = self._masking_default(value)
-        shown = text if not isinstance(value, ast.Name) else f"{text} ({v:g})"
+        shown = text if not isinstance(value, (ast.Name, ast.Subscript)) else f"{text} ({v:g})"
         before = len(self.hits)
         self.report("MC501", value, f"{shown} in {where} overflows float16 (largest finite "
                     "65504): use torch.finfo(dtype).min or float('-inf')")

@@ -126,6 +126,12 @@ class Value:
     # h) for _ in range(n)])`, or filled by `.append` in __init__): the module every element is
     # (`self.layers[i](q, k, v, attn_mask=m)`, `for layer in self.layers: layer(...)`)
     element_mha: str | None = None
+    # An nn.ParameterList / ParameterDict: every element is a Parameter (it wraps plain tensors
+    # as Parameters that require grad), so `for bias in self.biases` holds a leaf (MC505).
+    element_grad: bool = False
+    # A @contextmanager function of this file whose body enters torch.autocast: the dtype
+    # `with name(...):` runs matmuls in ("half", "bf16", or "maybe": one of the two)
+    enters_autocast: str | None = None
     # Only the last position of a sequence axis (`h[:, -1:, :]`, `query[:, -1, :]`, or a layer
     # applied to one): as the query of a causal call, L = 1 while the keys keep the whole axis.
     last_position: bool = False
@@ -284,6 +290,11 @@ def number(node: ast.AST, lookup: Lookup | None = None) -> float | None:
         return math.inf
     if lookup is not None and isinstance(node, ast.Name):
         return lookup(node.id).number
+    if lookup is not None and isinstance(node, ast.Subscript) and isinstance(
+            node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        # `cfg["mask_value"]`: the masking value a dict literal of this file holds under that
+        # key (a config's defaults; only values past float16's range are kept there)
+        return lookup(f"[{node.slice.value}]").number
     if lookup is not None and isinstance(node, ast.Attribute) and isinstance(
             node.value, ast.Name) and node.value.id[:1].isupper() and (
             node.value.id not in _MODULE_ROOTS):
@@ -634,6 +645,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(cached=True)
     if base.element_mha:  # `self.attention_layers[i]`: one of the attention modules
         return Value(mha=True, module=base.element_mha)
+    if base.element_grad:  # `self.biases[i]`: one of the Parameters
+        return Value(grad=True)
     if _last_position_index(key):
         return replace(base, last_position=True, tokens=False, api=None, mha=False,
                        number=None, tri=None) if base else Value(last_position=True)
@@ -873,9 +886,9 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     if v is not None:
         return Value(number=v)
     if isinstance(node.op, ast.MatMult):
-        autocast = lookup(AUTOCAST).dtype
-        if autocast is not None:
-            return Value(dtype=autocast)  # autocast runs `a @ b` in its dtype, whatever a and b are
+        autocast = lookup(AUTOCAST)
+        if autocast:
+            return autocast  # autocast runs `a @ b` in its dtype, whatever a and b are
     left, right = describe(node.left, lookup), describe(node.right, lookup)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
@@ -947,6 +960,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if name == "Parameter":
         rg = kwarg(call, "requires_grad")
         return Value(grad=rg is None or not is_zero(rg))
+    if name in {"ParameterList", "ParameterDict"}:
+        return Value(element_grad=True)
     if name in ATTENTION_CLASSES:
         return Value(mha=True, module=name)
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
@@ -1101,9 +1116,9 @@ def _describe_factory(
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
     if name in _AUTOCAST_LOWERED:
-        autocast = lookup(AUTOCAST).dtype
-        if autocast is not None:
-            return Value(dtype=autocast)
+        autocast = lookup(AUTOCAST)
+        if autocast:
+            return autocast
     if name in _PRODUCTS:
         operands = call.args[1:] if name == "einsum" else call.args[:2]
         return _product_dtype([describe(a, lookup).dtype for a in operands])
@@ -1232,9 +1247,9 @@ def _names_a_cache(node: ast.AST) -> bool:
 def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> Value:
     """`x.float()`, `m.bool()`, `x.masked_fill(...)`, `x.requires_grad_()` ..."""
     if name in _AUTOCAST_LOWERED:
-        autocast = lookup(AUTOCAST).dtype
-        if autocast is not None:
-            return Value(dtype=autocast)  # `q.matmul(k)` under autocast
+        autocast = lookup(AUTOCAST)
+        if autocast:
+            return autocast  # `q.matmul(k)` under autocast
     if name == "zero_":
         # zeroed in place: the receiver's dtype, 0 everywhere (`m.byte().zero_()`)
         return Value(dtype=base.dtype, zeros=True) if base.dtype in {"bool", "int"} else base

@@ -38,6 +38,10 @@ def test_float32_minimum_filled_into_autocast_scores_is_found(found: Found) -> N
     'torch.cuda.amp.autocast()',
     'torch.amp.autocast("cuda")',
     'torch.autocast(device_type="cuda")',
+    # The device is not known, but autocast lowers only to float16 or bfloat16, and the float32
+    # minimum overflows both (test_an_unknown_autocast_dtype_is_still_16_bit).
+    'torch.autocast(device)',
+    'torch.autocast("cuda", dtype=amp_dtype)',
 ])
 def test_every_spelling_of_a_float16_autocast_is_read(found: Found, spelling: str) -> None:
     source = AUTOCAST_FILL.replace('torch.autocast("cuda", dtype=torch.float16)', spelling)
@@ -46,12 +50,27 @@ def test_every_spelling_of_a_float16_autocast_is_read(found: Found, spelling: st
 
 @pytest.mark.parametrize("spelling", [
     'torch.autocast("cuda", enabled=False)',
-    'torch.autocast(device)',  # the device is not known: neither is the dtype
+    'torch.autocast("cuda", dtype=torch.float32)',  # not a lower dtype: autocast turns itself off
     'torch.no_grad()',
 ])
 def test_no_known_autocast_leaves_the_scores_dtype_unknown(found: Found, spelling: str) -> None:
     source = AUTOCAST_FILL.replace('torch.autocast("cuda", dtype=torch.float16)', spelling)
     assert found(source) == []
+
+
+def test_an_unknown_autocast_dtype_is_still_16_bit() -> None:
+    """torch 2.13: autocast to any other dtype disables itself (with a warning); in both 16-bit
+    dtypes a fill with the float32 minimum raises."""
+    a = torch.randn(2, 2)
+    with pytest.warns(UserWarning, match="Disabling autocast"), torch.autocast(
+            "cpu", dtype=torch.float32):
+        assert (a @ a).dtype == torch.float32
+    for dtype in (torch.float16, torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype):
+            assert (a @ a).dtype == dtype
+        with pytest.raises(RuntimeError, match="overflow"):
+            torch.zeros(2, dtype=dtype).masked_fill(torch.tensor([True, False]),
+                                                    torch.finfo(torch.float32).min)
 
 
 def test_own_dtype_minimum_under_autocast_is_silent(found: Found) -> None:
