@@ -648,7 +648,7 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
             "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
-           "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules")
+           "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -795,6 +795,8 @@ class Linter:
         # The classes of this file that another class of it instantiates, and those that
         # define forward (see `_file_model`; made on the first unannotated `model`).
         self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
+        # NamedTuple and dataclass classes of the file -> their fields (see `_note_record`).
+        self._record_fields: dict[str, tuple[str, ...]] = {}
         # First walk of a module (see `rerun`): the state before each top-level statement and
         # after the last, with how many hits, `param_hits` and entered functions came before;
         # and the hits in the order the walk made them.
@@ -918,6 +920,8 @@ class Linter:
         self._local_defs = _defined_names(tree)
         self._own_functions = _own_function_names(tree) if (
             "def scaled_dot_product_attention" in self.source) else set()
+        self._record_fields = _record_classes(tree) if (
+            "NamedTuple" in self.source or "dataclass" in self.source) else {}
         self._clamps_to_min = "finfo" in self.source and (
             "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(
                 tree, self.source)
@@ -1031,6 +1035,7 @@ class Linter:
             ast.BinOp: lambda n, p, s: self._binop(n, p),
             ast.UnaryOp: lambda n, p, s: self._invert(n),
             ast.Return: lambda n, p, s: self._return(n),
+            ast.Yield: lambda n, p, s: self._yield(n),
             ast.FunctionDef: self._enter_function, ast.AsyncFunctionDef: self._enter_function,
             ast.Lambda: self._enter_function,
             ast.ClassDef: self._enter_class,
@@ -1595,6 +1600,10 @@ class Linter:
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)
 
+    def _yield(self, node: ast.Yield) -> None:
+        if isinstance(node.value, ast.Dict):
+            self._note_fields(node.value)  # a generator collator: `yield {"mask": pad, ...}`
+
     def _note_fields(self, record: ast.Dict) -> None:
         """`return {"features": x, "padding_mask": pad.float()}` (a collate_fn, a model's
         outputs), or such a dict bound to a name: what each string key holds, read back as
@@ -1723,6 +1732,8 @@ class Linter:
             self._arithmetic_call(call, name)
         elif name == "sum" and isinstance(call.func, ast.Name) and len(call.args) == 1:
             self._builtin_sum(call, parent)
+        if isinstance(call.func, ast.Name) and call.func.id in self._record_fields:
+            self._note_record(call, call.func.id)
         elif name in {"bitwise_not", "bitwise_not_"}:
             operand = call.args[0] if is_module_call(call) and len(call.args) == 1 else (
                 receiver(call) if not is_module_call(call) and not call.args else None)
@@ -2370,6 +2381,26 @@ class Linter:
         if _is_score_name(node):
             return True
         return isinstance(node, ast.Name) and self._softmax_input(node.id)
+
+    def _note_record(self, call: ast.Call, cls: str) -> None:
+        """`Masks(src_keep=src != pad_id, ...)` of a NamedTuple or dataclass of this file: what
+        each field holds over every construction, read as `masks.src_keep` of a parameter
+        annotated `masks: Masks` (see `_Scope.fields`). A field with a class-level default is
+        left to that default's reading."""
+        names = self._record_fields[cls]
+        given = [*zip(names, call.args, strict=False),
+                 *((kw.arg, kw.value) for kw in call.keywords if kw.arg is not None)]
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                kw.arg is None for kw in call.keywords):
+            return
+        table = self._class_fields.setdefault(cls, {})
+        for field_name, node in given:
+            if field_name in table and (table[field_name].flag is not None
+                                        or table[field_name].number is not None):
+                continue
+            facts = _seedable(self.value(node))
+            held = table.get(field_name)
+            table[field_name] = facts if held is None else _join(held, facts)
 
     def _builtin_sum(self, call: ast.Call, parent: ast.AST | None) -> None:
         """`sum(b for b in (causal, padding, segment) if b is not None)`: Python's sum adds
@@ -3187,6 +3218,28 @@ class Linter:
                 break
         return self.scope.zero_masks
 
+    def _note_element(self, target: ast.Subscript, value: ast.expr) -> None:
+        """`self._mask_cache[n] = ones(n, n, dtype=torch.bool).triu(1)`: a mask stored in a
+        dict (or list) under a key chosen at run time; `self._mask_cache[n]` read back where
+        the container itself says nothing gives it (values' `_describe_subscript`). Tensors
+        only: a number written by index is an entry of a tensor, not a stored mask."""
+        if isinstance(target.slice, (ast.Constant, ast.Slice, ast.Tuple)):
+            return
+        facts = self.value(value)
+        if not facts or facts.number is not None:
+            return
+        attr = self_attr(target.value)
+        if attr is not None and self._class_scope() is not None:
+            key = attr + "[]"
+            held = self.lookup("self." + key)
+            joined = facts if not held else _join(held, facts)
+            self._class_scope_add(key, value=joined)
+            self.scope.values["self." + key] = joined
+        elif isinstance(target.value, ast.Name):
+            key = target.value.id + "[]"
+            stored = self.scope.values.get(key)
+            self.scope.values[key] = facts if stored is None else _join(stored, facts)
+
     def _subscript_write(self, target: ast.Subscript, value: ast.expr) -> None:
         attr = self_attr(target)
         cls = self._class_scope()
@@ -3202,6 +3255,7 @@ class Linter:
             # (torch 2.13), which hurts a softmax row, not sentence-transformers' max pooling
             # (`token_embeddings[mask_expanded == 0] = -1e9`, then torch.max over tokens).
             self._large_negative(value, "an indexed assignment", target.value)
+        self._note_element(target, value)
         held = _held_name(target)
         if held is not None:
             self._mutate(held)
@@ -4312,6 +4366,25 @@ def _stored_dotted(stmt: ast.Assign | ast.AugAssign | ast.AnnAssign) -> set[str]
 
 _MHA_CLASSES = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoderLayer",
                           "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"})
+
+
+def _record_classes(tree: ast.AST) -> dict[str, tuple[str, ...]]:
+    """The NamedTuple and dataclass classes of the file (at any depth): their fields in
+    order."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node in subnodes(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {module_dotted(b) or "" for b in node.bases}
+        decorators = {module_dotted(d.func if isinstance(d, ast.Call) else d) or ""
+                      for d in node.decorator_list}
+        if not ({"NamedTuple", "typing.NamedTuple"} & bases or {
+                "dataclass", "dataclasses.dataclass"} & decorators):
+            continue
+        found[node.name] = tuple(
+            stmt.target.id for stmt in node.body
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name))
+    return found
 
 
 def _annotation_name(annotation: ast.expr | None) -> str | None:

@@ -641,6 +641,19 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
         if held:
             return held
+        if key.value == "attention_mask":
+            # `batch["attention_mask"]` of a batch not known here: the key is the tokenizer's,
+            # 1 = real token (its dtype is the collator's: int64, bool or float)
+            return Value(hf_keep=True)
+    if not base and not isinstance(key, (ast.Constant, ast.Slice, ast.Tuple)):
+        # `self._mask_cache[n]`: what this file stored in it under a run-time key
+        stored = node.value
+        name = ("self." + stored.attr if isinstance(stored, ast.Attribute) and isinstance(
+            stored.value, ast.Name) and stored.value.id == "self" else
+                stored.id if isinstance(stored, ast.Name) else None)
+        held = lookup(name + "[]") if name is not None else UNKNOWN
+        if held:
+            return held
     if _cache_prefix(node):
         return Value(cached=True)
     if base.element_mha:  # `self.attention_layers[i]`: one of the attention modules

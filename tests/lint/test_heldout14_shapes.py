@@ -194,3 +194,142 @@ def test_summing_two_finfo_min_masks_overflows_to_minus_infinity() -> None:
     low = torch.finfo(torch.float16).min
     a = torch.tensor([low, 0.0], dtype=torch.float16)
     assert sum((a, a)).tolist() == [float("-inf"), 0.0]
+
+
+# `batch["attention_mask"]` of a batch the file does not build: the tokenizer's key, 1 = real
+# token, used as the fill condition of a pooling head (reached through a `match` on the config).
+MATCH_POOLING = '''import torch
+
+
+class Head(torch.nn.Module):
+    def pool(self, hidden, attention_mask, kind):
+        match kind:
+            case "attention":
+                scores = hidden.sum(-1)
+                scores = scores.masked_fill(attention_mask.bool(), float("-inf"))
+                return scores.softmax(dim=-1)
+            case _:
+                return hidden[:, 0]
+
+    def forward(self, hidden, batch):
+        return self.pool(hidden, batch["attention_mask"], "attention")
+'''
+
+
+def test_a_batch_attention_mask_used_as_fill_condition_is_found(found: Found) -> None:
+    assert found(MATCH_POOLING) == [(9, "MC519")]
+
+
+def test_the_padding_positions_as_fill_condition_are_silent(found: Found) -> None:
+    assert found(MATCH_POOLING.replace("attention_mask.bool()", "attention_mask == 0")) == []
+
+
+def test_another_key_of_the_batch_says_nothing(found: Found) -> None:
+    source = MATCH_POOLING.replace('batch["attention_mask"]', 'batch["pad_mask"]')
+    assert found(source) == []
+
+
+# A generator collator yields the batch dict; the model reads its fields by key.
+YIELDED_BATCH = '''import torch
+from torch import nn
+
+
+def batches(lengths, width):
+    for n in lengths:
+        pad = torch.arange(width)[None, :] >= torch.tensor([n])[:, None]
+        yield {"ids": torch.zeros(1, width, dtype=torch.long), "padding_mask": pad.float()}
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, batch):
+        out, _ = self.attn(x, x, x, key_padding_mask=batch["padding_mask"])
+        return out
+'''
+
+
+def test_a_field_of_a_yielded_batch_is_read_back(found: Found) -> None:
+    assert found(YIELDED_BATCH) == [(17, "MC508")]
+    assert found(YIELDED_BATCH.replace("pad.float()", "pad")) == []
+
+
+# Masks cached in a dict attribute under the sequence length, built on a miss.
+DICT_CACHE = '''import torch
+import torch.nn.functional as F
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._mask_cache = {}
+
+    def _look_ahead(self, n):
+        if n not in self._mask_cache:
+            self._mask_cache[n] = torch.ones(n, n, dtype=torch.bool).triu(1)
+        return self._mask_cache[n]
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self._look_ahead(q.shape[-2]))
+'''
+
+
+def test_a_mask_read_back_from_a_dict_cache_is_known(found: Found) -> None:
+    assert found(DICT_CACHE) == [(16, "MC521")]
+
+
+def test_the_keep_triangle_in_the_dict_cache_is_silent(found: Found) -> None:
+    assert found(DICT_CACHE.replace(".triu(1)", ".tril()")) == []
+
+
+def test_sdpa_attends_where_the_cached_triangle_is_true() -> None:
+    q = torch.zeros(1, 1, 3, 4)  # equal scores: the weights are uniform over what is allowed
+    future = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    weights = torch.nn.functional.scaled_dot_product_attention(
+        q, q, torch.eye(3)[None, None], attn_mask=future)
+    assert weights[0, 0, 0].tolist() == [0.0, 0.5, 0.5]  # the first query sees only the future
+
+
+# A NamedTuple of bool keep-masks, built by a helper and read as a field of an annotated
+# parameter (an OCR post-correction seq2seq).
+NAMED_MASKS = '''from typing import NamedTuple
+
+import torch
+
+
+class Masks(NamedTuple):
+    src_keep: torch.Tensor
+    tgt_keep: torch.Tensor
+
+
+def make_masks(src, tgt, pad_id=0):
+    return Masks(src_keep=src != pad_id, tgt_keep=tgt != pad_id)
+
+
+def attend(energy, masks: Masks):
+    energy = energy.masked_fill(1 - masks.src_keep, float("-inf"))
+    return energy.softmax(dim=-1)
+'''
+
+
+def test_a_bool_field_of_a_named_tuple_subtracted_from_one_is_found(found: Found) -> None:
+    assert found(NAMED_MASKS) == [(16, "MC512")]
+    positional = NAMED_MASKS.replace("Masks(src_keep=src != pad_id, tgt_keep=tgt != pad_id)",
+                                     "Masks(src != pad_id, tgt != pad_id)")
+    assert found(positional) == [(16, "MC512")]
+
+
+def test_the_inverted_field_is_silent(found: Found) -> None:
+    assert found(NAMED_MASKS.replace("1 - masks.src_keep", "~masks.src_keep")) == []
+
+
+def test_a_float_field_subtracted_from_one_is_silent(found: Found) -> None:
+    source = NAMED_MASKS.replace("src_keep=src != pad_id", "src_keep=(src != pad_id).float()")
+    assert found(source) == []
+
+
+def test_one_minus_a_bool_tensor_raises() -> None:
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+        _ = 1 - torch.tensor([True, False])
