@@ -1,6 +1,6 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
-    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout14|all]
+    python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout15|all]
                                            [--show N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`

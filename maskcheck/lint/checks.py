@@ -21,6 +21,7 @@ from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
     BF16_MAX,
+    COLLATED_MASK_KEYS,
     FLOAT_DTYPES,
     FP16_MAX,
     HALF_DTYPES,
@@ -2460,7 +2461,8 @@ class Linter:
             return
         facts = self.value(node.operand)
         if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
-                node.operand))) or (facts.dtype is None and _batch_attention_mask(node.operand)):
+                node.operand))) or (facts.dtype is None and (
+                    facts.collated or _batch_attention_mask(node.operand))):
             shown = call if call is not None else node
             edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
             self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
@@ -2805,6 +2807,12 @@ class Linter:
         if name == "fill_":
             fill = call.args[0] if call.args else None
             target = receiver(call)
+            if isinstance(target, ast.Name) and fill is not None and is_masking_value(
+                    fill, self.lookup):
+                # `mask = torch.empty(n, n); mask.fill_(float("-inf")); mask.triu_()` (CLIP's
+                # build_attention_mask): from here on the name holds a matrix of -inf
+                self.bind(target.id, Value(dtype=self.lookup(target.id).dtype, additive=True,
+                                           finfo_min=is_finfo_min(fill, self.lookup)))
         else:
             fill = argument(call, 1, "fill_value")
             target = receiver(call) if name == "new_full" else None
@@ -4104,7 +4112,7 @@ def _batch_attention_mask(node: ast.AST) -> bool:
     """`batch["attention_mask"]`: the tokenizer field of a collated batch (int64, 1 = real
     token, as Hugging Face's collators give it)."""
     return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
-        node.slice.value == "attention_mask")
+        node.slice.value in COLLATED_MASK_KEYS)
 
 
 def _asserted_off(test: ast.expr) -> set[str]:

@@ -129,6 +129,10 @@ class Value:
     # An nn.ParameterList / ParameterDict: every element is a Parameter (it wraps plain tensors
     # as Parameters that require grad), so `for bias in self.biases` holds a leaf (MC505).
     element_grad: bool = False
+    # Read from a batch dict the file does not build, under a tokenizer's mask key
+    # (`batch["attention_mask"]`, sliced or bound to a name): int64 where Hugging Face's
+    # collators made it, though the file cannot show its dtype (MC518's `~`).
+    collated: bool = False
     # A @contextmanager function of this file whose body enters torch.autocast: the dtype
     # `with name(...):` runs matmuls in ("half", "bf16", or "maybe": one of the two)
     enters_autocast: str | None = None
@@ -208,6 +212,8 @@ Lookup = Callable[[str], Value]
 # The pseudo-name a lookup answers with the dtype autocast gives matmul-like ops where the walk
 # is (`with torch.autocast("cuda"):` -> half); no Python name can be spelled like it.
 AUTOCAST = "<autocast>"
+# The keys a Hugging Face collator stores its keep-masks under (1 = real token, int64).
+COLLATED_MASK_KEYS = frozenset({"attention_mask", "decoder_attention_mask"})
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -641,10 +647,10 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
         if held:
             return held
-        if key.value == "attention_mask":
+        if key.value in COLLATED_MASK_KEYS:
             # `batch["attention_mask"]` of a batch not known here: the key is the tokenizer's,
-            # 1 = real token (its dtype is the collator's: int64, bool or float)
-            return Value(hf_keep=True)
+            # 1 = real token (its dtype is the collator's: int64 from Hugging Face's)
+            return Value(hf_keep=True, collated=True)
     if not base and not isinstance(key, (ast.Constant, ast.Slice, ast.Tuple)):
         # `self._mask_cache[n]`: what this file stored in it under a run-time key
         stored = node.value
