@@ -2220,7 +2220,10 @@ class Linter:
                 other, self.lookup) == "eye" and dtype_of(kwarg(other, "dtype")) != "bool"
             if (is_neg_inf(big, self.lookup) or self._full_of_neg_inf(big)) and (
                     self.value(other).zero_one or mentions_mask(other) or one_minus(other) or eye
-                    or self.value(other).dtype == "bool"):  # `(~keep) * -inf`: False * -inf
+                    or self.value(other).dtype == "bool") and not (
+                    self.value(other).all_ones):  # `(~keep) * -inf`: False * -inf
+                # (a tensor of ones holds no 0: agilerl's `torch.ones(sz, sz,
+                # device=src_mask.device) * -inf` is -inf everywhere, whatever it mentions)
                 self.report("MC522", node, f"{self._text(other)} holds 0s and 1s: 0 * -inf is NaN, "
                             "so every kept position becomes NaN; use masked_fill(m.bool(), "
                             "float('-inf')) or torch.where")

@@ -67,3 +67,27 @@ def test_bitwise_not_of_an_int64_mask_is_never_false() -> None:
     keep = torch.tensor([[1, 1, 0]])
     assert (~keep).tolist() == [[-2, -2, -1]]
     assert (~keep).bool().all()
+
+
+# agilerl's BERT encoder compares its mask with a -inf causal matrix made from ones.
+ONES_TIMES_INF = '''import torch
+
+
+def causal_comparison(src_mask):
+    sz = src_mask.size(0)
+    return torch.triu(torch.ones(sz, sz, device=src_mask.device) * float("-inf"), diagonal=1)
+'''
+
+
+def test_ones_times_minus_infinity_is_not_zero_times_infinity(found: Found) -> None:
+    assert found(ONES_TIMES_INF) == []
+    zero_one = ONES_TIMES_INF.replace(
+        'torch.triu(torch.ones(sz, sz, device=src_mask.device) * float("-inf"), diagonal=1)',
+        'torch.triu(torch.ones(sz, sz, device=src_mask.device), diagonal=1) * float("-inf")')
+    assert found(zero_one) == [(6, "MC522")]
+
+
+def test_ones_times_minus_infinity_holds_no_nan() -> None:
+    product = torch.ones(3, 3) * float("-inf")
+    assert not torch.isnan(product).any()
+    assert torch.isnan(torch.triu(torch.ones(3, 3), diagonal=1) * float("-inf")).any()
