@@ -20,7 +20,9 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "project never runs float16: when neither the file nor anything in its project (the "
     "nearest folder above it with .git, pyproject.toml, setup.py or setup.cfg: sources, "
     "notebooks, configs, scripts, docs) mentions `torch.float16`, `.half()`, fp16, autocast, "
-    "GradScaler, apex or mixed precision. A file in no project is always checked.",
+    "GradScaler, apex's amp or mixed precision. A file in no project is always checked. The "
+    "forms that give -inf in float16 instead of raising (a bias product, a difference, "
+    "torch.where, an indexed write) are reported only where the file itself speaks of float16.",
     "scores = scores.masked_fill(mask == 0, -1e9)",
     "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
     "use torch.finfo(x.dtype).min (or float('-inf') with a safe softmax) instead of the literal",

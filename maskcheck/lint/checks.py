@@ -17,6 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
+from maskcheck.lint.project import FLOAT16_WORDS
 from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
@@ -112,6 +113,8 @@ _SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
+# MC501's forms that give -inf in float16 instead of raising.
+_NON_RAISING = frozenset({"an additive mask", "torch.where", "an indexed assignment"})
 # A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
 _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 
@@ -649,7 +652,8 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
             "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
-           "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields")
+           "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
+           "_file_float16")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -798,6 +802,8 @@ class Linter:
         self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
         # NamedTuple and dataclass classes of the file -> their fields (see `_note_record`).
         self._record_fields: dict[str, tuple[str, ...]] = {}
+        # Whether the file itself speaks of float16 (see `_large_negative`); read on first use.
+        self._file_float16: bool | None = None
         # First walk of a module (see `rerun`): the state before each top-level statement and
         # after the last, with how many hits, `param_hits` and entered functions came before;
         # and the hits in the order the walk made them.
@@ -2863,6 +2869,11 @@ class Linter:
         target_dtype = None if target is None else self.value(target).dtype
         if target_dtype == "fp32":
             return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        if where in _NON_RAISING and target_dtype not in HALF_DTYPES and not self._speaks_float16():
+            # In float16 these give -inf without raising (torch 2.13), which hurts only a row
+            # that loses every key: reported where the file itself handles float16, not on a
+            # project's fp16 switch elsewhere (bert4torch's and chatterbox's key-padding biases)
+            return
         if target_dtype == "bool" and where in {"masked_fill", "masked_fill_"}:
             return  # a bool tensor filled with -9e15 holds True: no float16 ever sees it (MC509)
         if target_dtype is None and isinstance(target, ast.expr) and names_log_sum_exp(
@@ -2881,6 +2892,11 @@ class Linter:
         param = self._own_parameter(target)
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
+
+    def _speaks_float16(self) -> bool:
+        if self._file_float16 is None:
+            self._file_float16 = FLOAT16_WORDS.search(self.source) is not None
+        return self._file_float16
 
     def _fill_number(self, node: ast.AST) -> float | None:
         """The number a fill value is: a constant, or a parameter (negated or not) that this

@@ -28,10 +28,15 @@ PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 # LayerNorm runs in float32, and allennlp 0.9.0 names it only in a warning's URL),
 # Lightning's `precision=16`/"16-mixed", and prose about mixed precision.
 FLOAT16_EVIDENCE = re.compile(
-    rb"(?i:fp16|mixed.precision|16-mixed|autocast|gradscaler)|torch\.float16|torch\.half\b"
+    rb"(?i:fp16|mixed.precision|16-mixed|autocast|gradscaler)|torch\.float16"
+    rb"|torch\.half\b"
     rb"|\.half\(\)|torch_dtype\W{1,4}float16|torch\.(?:cuda\.)?amp\b|apex\.amp\b"
     rb"|from\s+apex\s+import\s+amp\b|amp\.initialize\("
     rb"|precision\s*=\s*16\b")
+# The same words in a decoded source, and its own prose about half precision: what MC501's
+# non-raising forms ask of the file itself. (Prose is not project evidence: allennlp 0.9.0's
+# masked_softmax warns that half precision breaks it, in a project that never runs float16.)
+FLOAT16_WORDS = re.compile(FLOAT16_EVIDENCE.pattern.decode() + r"|(?i:half.precision)")
 SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json", ".toml",
                                ".cfg", ".ini", ".sh", ".md", ".rst", ".txt"})
 # Past these, the project is not read further and counts as one that may run float16.

@@ -167,3 +167,35 @@ def test_a_project_too_big_to_read_counts_as_one_that_may_run_float16(
     project._project_mentions_float16.cache_clear()
     assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
     project._project_mentions_float16.cache_clear()
+
+
+# bert4torch's GatedAttention: an arithmetic bias, which float16 turns into -inf without raising.
+BIAS = """\
+import torch
+
+
+def attention(scores, attention_mask):
+    attention_mask = (1.0 - attention_mask) * -1e12
+    return torch.softmax(scores + attention_mask, dim=-1)
+"""
+
+
+def test_a_non_raising_bias_needs_float16_in_the_file_itself(tmp_path: Path) -> None:
+    """The project's fp16 switch makes a raising fill crash; a -inf bias hurts only a row that
+    loses every key, so it is reported where the file itself handles float16."""
+    proj = make_project(tmp_path)
+    (proj / "train.sh").write_text("python train.py --fp16\n")
+    (proj / "model" / "bias.py").write_text(BIAS)
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    (proj / "model" / "bias.py").write_text(BIAS + "# scores are half precision at inference\n")
+    assert sorted(check(proj, cwd=proj)) == [("attention.py", FILL_LINE, "MC501"),
+                                              ("bias.py", 5, "MC501")]
+
+
+def test_the_bias_gives_minus_inf_without_raising_in_float16() -> None:
+    import torch
+
+    keep = torch.tensor([1.0, 0.0], dtype=torch.float16)
+    bias = (1.0 - keep) * -1e12
+    assert bias.tolist() == [0.0, float("-inf")]
+    assert torch.softmax(torch.zeros(2, dtype=torch.float16) + bias, dim=-1).tolist() == [1.0, 0.0]
