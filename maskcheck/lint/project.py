@@ -9,7 +9,7 @@ float32 or bfloat16, where -1e9 is finite; reporting it there is a false alarm.
 The project is the nearest folder above the file holding `.git`, `pyproject.toml`, `setup.py`
 or `setup.cfg`. Its sources, notebooks, configs, scripts and docs are searched for float16
 evidence, stopping at the first. A file outside any project, or a project too big to read
-whole, counts as one that may run float16: the finding is kept.
+whole (50,000 files or 256 MiB), counts as one that may run float16: the finding is kept.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json"
 # Past these, the project is not read further and counts as one that may run float16.
 MAX_FILES = 50_000
 MAX_BYTES_PER_FILE = 1 << 20
+MAX_BYTES = 256 << 20
 
 
 def project_root(path: str) -> Path | None:
@@ -62,7 +63,7 @@ def may_run_float16(path: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _project_mentions_float16(root: str) -> bool:
-    seen = 0
+    seen = read = 0
     stack = [root]
     while stack:
         try:
@@ -85,8 +86,12 @@ def _project_mentions_float16(root: str) -> bool:
                 if seen > MAX_FILES:
                     return True
                 with open(entry.path, "rb") as f:
-                    if FLOAT16_EVIDENCE.search(f.read(MAX_BYTES_PER_FILE)):
-                        return True
+                    data = f.read(MAX_BYTES_PER_FILE)
+                if FLOAT16_EVIDENCE.search(data):
+                    return True
+                read += len(data)
+                if read > MAX_BYTES:
+                    return True
             except OSError:
                 continue
     return False

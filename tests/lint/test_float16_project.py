@@ -166,6 +166,10 @@ def test_a_project_too_big_to_read_counts_as_one_that_may_run_float16(
     monkeypatch.setattr(project, "MAX_FILES", 2)
     project._project_mentions_float16.cache_clear()
     assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
+    monkeypatch.setattr(project, "MAX_FILES", 50_000)
+    monkeypatch.setattr(project, "MAX_BYTES", 10)  # the bytes read count too
+    project._project_mentions_float16.cache_clear()
+    assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
     project._project_mentions_float16.cache_clear()
 
 
