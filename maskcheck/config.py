@@ -20,6 +20,11 @@ DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__py
                    "dist", "site-packages", ".eggs")
 
 
+def skipped_directory(name: str) -> bool:
+    """A folder no walk enters: tool caches, virtual environments, build output, egg-info."""
+    return name in DEFAULT_EXCLUDE or name.endswith(".egg-info")
+
+
 class ConfigError(UsageError):
     pass
 

@@ -113,6 +113,8 @@ _SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
+_SUMMED_MIN = ("two masks filled with finfo.min added together: the sum overflows to -inf and a "
+               "fully masked row becomes NaN; combine them with torch.minimum or a bool mask")
 # MC501's forms that give -inf in float16 instead of raising.
 _NON_RAISING = frozenset({"an additive mask", "torch.where", "an indexed assignment"})
 # A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
@@ -367,8 +369,8 @@ def _autocast_entered(node: ast.AST | None) -> str | None:
     """The dtype a `@contextmanager` function enters torch.autocast in (`with precision():`
     then runs its block under it); None for any other function."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
-            (d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", None))
-            in {"contextmanager", "asynccontextmanager"} for d in node.decorator_list):
+            last_name(d) in {"contextmanager", "asynccontextmanager"}
+            for d in node.decorator_list):
         return None
     for sub in ast.walk(node):
         if isinstance(sub, (ast.With, ast.AsyncWith)):
@@ -927,6 +929,8 @@ class Linter:
         self._local_defs = _defined_names(tree)
         self._own_functions = _own_function_names(tree) if (
             "def scaled_dot_product_attention" in self.source) else set()
+        # Result-identical text test: a base or decorator `_record_classes` accepts is spelled,
+        # or imported under another name, with one of these words somewhere in the file.
         self._record_fields = _record_classes(tree) if (
             "NamedTuple" in self.source or "dataclass" in self.source) else {}
         self._clamps_to_min = "finfo" in self.source and (
@@ -1815,9 +1819,9 @@ class Linter:
         if self._submodules is None:
             inner: set[str] = set()
             modules: set[str] = set()
-            for node in ast.walk(self._tree) if self._tree is not None else ():
+            for node in subnodes(self._tree) if self._tree is not None else ():
                 if isinstance(node, ast.ClassDef):
-                    inner.update(call.func.id for call in ast.walk(node) if isinstance(
+                    inner.update(call.func.id for call in subnodes(node) if isinstance(
                         call, ast.Call) and isinstance(call.func, ast.Name))
                     if any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                            and m.name == "forward" for m in node.body):
@@ -2427,9 +2431,7 @@ class Linter:
                 self._clamps_to_min):
             return
         if sum(1 for e in items.elts if self.value(e).finfo_min) >= 2:
-            self.report("MC513", call, "two masks filled with finfo.min added together (by "
-                        "sum): the sum overflows to -inf and a fully masked row becomes NaN; "
-                        "combine them with torch.minimum or a bool mask")
+            self.report("MC513", call, _SUMMED_MIN)
 
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
@@ -2442,9 +2444,7 @@ class Linter:
                 self.value(term).finfo_min for term in _added_terms(node.left))):
             # `scores + causal + padding` (EleutherAI/gpt-neox PR #25): the two masks meet in
             # one chain of additions, whatever comes first
-            self.report("MC513", node, "two masks filled with finfo.min added together: the "
-                        "sum overflows to -inf and a fully masked row becomes NaN; combine "
-                        "them with torch.minimum or a bool mask")
+            self.report("MC513", node, _SUMMED_MIN)
             return
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):

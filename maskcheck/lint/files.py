@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maskcheck.config import DEFAULT_EXCLUDE, Config, is_directory
+from maskcheck.config import Config, is_directory, skipped_directory
 from maskcheck.errors import UsageError
 from maskcheck.io.rawfile import os_error_problem
 from maskcheck.lint.reading import (
@@ -166,7 +166,7 @@ def _walk(top: Path, config: Config, inputs: Inputs, seen: set[Path],
             _add_checked(inputs, file, into, what)
         stack.extend(reversed([
             (here / d, f"{rel}/{d}" if rel else d) for d in dirnames
-            if d not in DEFAULT_EXCLUDE and not d.endswith(".egg-info")
+            if not skipped_directory(d)
             and not _excluded(config, rel, d)
         ]))
 

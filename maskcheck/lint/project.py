@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from maskcheck.config import DEFAULT_EXCLUDE
+from maskcheck.config import skipped_directory
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 # What says that code may run in float16: the dtype (torch's, not numpy's: a pandas downcast
@@ -73,8 +73,7 @@ def _project_mentions_float16(root: str) -> bool:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in DEFAULT_EXCLUDE and not entry.name.endswith(
-                            ".egg-info"):
+                    if not skipped_directory(entry.name):
                         stack.append(entry.path)
                     continue
                 # Regular files only: a FIFO would block the read, a symlink may leave the

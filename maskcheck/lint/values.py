@@ -212,6 +212,9 @@ Lookup = Callable[[str], Value]
 # The pseudo-name a lookup answers with the dtype autocast gives matmul-like ops where the walk
 # is (`with torch.autocast("cuda"):` -> half); no Python name can be spelled like it.
 AUTOCAST = "<autocast>"
+# torch functions a file may bind to a name of its own (`attend = F.scaled_dot_product_attention`,
+# `_sdpa = getattr(F, "scaled_dot_product_attention")`): the name is that API.
+_ALIASED_APIS = frozenset({"scaled_dot_product_attention", "triu", "tril", "masked_fill"})
 # The keys a Hugging Face collator stores its keep-masks under (1 = real token, int64).
 COLLATED_MASK_KEYS = frozenset({"attention_mask", "decoder_attention_mask"})
 
@@ -630,7 +633,7 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
-    if node.attr in {"scaled_dot_product_attention", "triu", "tril", "masked_fill"} or (
+    if node.attr in _ALIASED_APIS or (
             node.attr in ATTENTION_CLASSES and module_dotted(node.value) in {"nn", "torch.nn"}):
         return Value(api=node.attr)  # `attend = F.scaled_dot_product_attention`, `MHA = nn.M...`
     if dtype_of(node) in HALF_DTYPES and module_dotted(node.value) == "torch":
@@ -653,10 +656,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
             return Value(hf_keep=True, collated=True)
     if not base and not isinstance(key, (ast.Constant, ast.Slice, ast.Tuple)):
         # `self._mask_cache[n]`: what this file stored in it under a run-time key
-        stored = node.value
-        name = ("self." + stored.attr if isinstance(stored, ast.Attribute) and isinstance(
-            stored.value, ast.Name) and stored.value.id == "self" else
-                stored.id if isinstance(stored, ast.Name) else None)
+        name = dotted(node.value)
         held = lookup(name + "[]") if name is not None else UNKNOWN
         if held:
             return held
@@ -966,8 +966,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if name is None:
         return UNKNOWN
     if name == "getattr" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and (
-            call.args[1].value in {"scaled_dot_product_attention", "triu", "tril",
-                                   "masked_fill"}) and module_dotted(call.args[0]) in {
+            call.args[1].value in _ALIASED_APIS) and module_dotted(call.args[0]) in {
             "F", "torch", "torch.nn.functional"}:
         return Value(api=call.args[1].value)  # `_sdpa = getattr(F, "scaled_dot_product_...")`
     if name == "partial" and len(call.args) == 1:
