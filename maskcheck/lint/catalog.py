@@ -19,8 +19,10 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "shows to be float32 or bfloat16 (`.float()`, `dtype=torch.bfloat16`), and on a file whose "
     "project never runs float16: when neither the file nor anything in its project (the "
     "nearest folder above it with .git, pyproject.toml, setup.py or setup.cfg: sources, "
-    "notebooks, configs, scripts, docs) mentions `torch.float16`, `.half()`, fp16, autocast, "
-    "GradScaler, apex's amp or mixed precision. A file in no project is always checked. The "
+    "notebooks, configs, scripts, docs; not tests, nor a .py file's comments and docstrings) "
+    "mentions `torch.float16`, `.half()`, fp16, autocast, apex's amp or mixed precision (not "
+    "bfloat16's autocast, a disabled one, a dtype list or a GradScaler alone). A file in no "
+    "project is always checked. The "
     "forms that give -inf in float16 instead of raising (a bias product, a difference, "
     "torch.where, an indexed write) are reported only where the file itself speaks of float16.",
     "scores = scores.masked_fill(mask == 0, -1e9)",

@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
-from maskcheck.lint.project import FLOAT16_WORDS
+from maskcheck.lint.project import FLOAT16_WORDS, mentions_float16
 from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
@@ -1213,7 +1213,7 @@ class Linter:
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
                 scope.values[arg.arg] = UNKNOWN  # shadows outer names
-                if _annotated_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
+                if self._torch_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
@@ -1659,7 +1659,7 @@ class Linter:
         elif isinstance(node, ast.NamedExpr):  # `(a := a * keep)` binds like `a = a * keep`
             self._assign_name(node.target.id, node.value, self.value(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
-                _annotated_mha(node.annotation)):
+                self._torch_mha(node.annotation)):
             # `layer: nn.MultiheadAttention` declared (a module or class attribute annotation)
             self.scope.values[node.target.id] = Value(mha=True)
             if self.scope.kind == "class":
@@ -2893,9 +2893,15 @@ class Linter:
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
 
+    def _torch_mha(self, annotation: ast.expr | None) -> bool:
+        """Annotated as torch's attention module, not as a class of this file that shares its
+        name (torchtune's own `TransformerDecoder`)."""
+        return _annotated_mha(annotation) and _annotation_name(annotation) not in self._local_defs
+
     def _speaks_float16(self) -> bool:
         if self._file_float16 is None:
-            self._file_float16 = FLOAT16_WORDS.search(self.source) is not None
+            self._file_float16 = mentions_float16(self.source.encode("utf-8", "replace"),
+                                                  pattern=FLOAT16_WORDS)
         return self._file_float16
 
     def _fill_number(self, node: ast.AST) -> float | None:

@@ -14,8 +14,10 @@ whole (50,000 files or 256 MiB), counts as one that may run float16: the finding
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,19 +26,34 @@ from maskcheck.config import skipped_directory
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 # What says that code may run in float16: the dtype (torch's, not numpy's: a pandas downcast
 # is not a model's), `.half()`, an fp16 flag or config key (`--fp16`, `use_fp16`,
-# `training.fp16`), autocast and its GradScaler, apex's amp (not apex itself: its fused
-# LayerNorm runs in float32, and allennlp 0.9.0 names it only in a warning's URL),
-# Lightning's `precision=16`/"16-mixed", and prose about mixed precision.
+# `training.fp16`), autocast, apex's amp (not apex itself: its fused LayerNorm runs in
+# float32, and allennlp 0.9.0 names it only in a warning's URL), Lightning's
+# `precision=16`/"16-mixed", and prose about mixed precision. Not a GradScaler alone (it scales
+# a float32 loss; torch-molecule's MolGPT uses one without autocast), not `bf16-mixed`, not a
+# name that merely contains "autocast" (`is_autocast_enabled`, `fp32_autocast_context`).
 FLOAT16_EVIDENCE = re.compile(
-    rb"(?i:fp16|mixed.precision|16-mixed|autocast|gradscaler)|torch\.float16"
+    rb"(?i:fp16|mixed.precision|(?<!bf)16-mixed|\bautocast\b)|torch\.float16"
     rb"|torch\.half\b"
-    rb"|\.half\(\)|torch_dtype\W{1,4}float16|torch\.(?:cuda\.)?amp\b|apex\.amp\b"
+    rb"|\.half\(\)|torch_dtype\W{1,4}float16|apex\.amp\b"
     rb"|from\s+apex\s+import\s+amp\b|amp\.initialize\("
     rb"|precision\s*=\s*16\b")
+# A mention that does not say float16 runs: an autocast (or any line) that names bfloat16 or is
+# switched off (`autocast(dtype=torch.bfloat16)`, `autocast(enabled=False)`: ESMFold2 runs
+# only so), and torch.float16 listed among other dtypes (`dtype in [torch.float16,
+# torch.float32]`, a dtype table), which checks a dtype rather than choosing it.
+_NOT_FLOAT16 = re.compile(rb"(?i:bf16|bfloat16)|enabled\s*=\s*False")
+_OTHER_DTYPE = re.compile(rb"torch\.(?:float32|float64|double|bfloat16|float)\b")
+_FULL_PRECISION = re.compile(rb"dtype\s*=\s*(?:torch\.)?(?:float32|float64|double|float)\b")
+# An import of autocast says nothing until it is used (ESMFold2 imports it to disable it).
+_IMPORT = re.compile(rb"\s*(?:from|import)\s")
+# How far an autocast call's arguments are read (a call split over lines).
+_CALL_SPAN = 400
+# Files whose float16 words are not the project's run: tests cast to float16 to test.
+_TEST_DIRECTORIES = frozenset({"test", "tests", "testing"})
 # The same words in a decoded source, and its own prose about half precision: what MC501's
 # non-raising forms ask of the file itself. (Prose is not project evidence: allennlp 0.9.0's
 # masked_softmax warns that half precision breaks it, in a project that never runs float16.)
-FLOAT16_WORDS = re.compile(FLOAT16_EVIDENCE.pattern.decode() + r"|(?i:half.precision)")
+FLOAT16_WORDS = re.compile(FLOAT16_EVIDENCE.pattern + rb"|(?i:half.precision)")
 SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json", ".toml",
                                ".cfg", ".ini", ".sh", ".md", ".rst", ".txt"})
 # Past these, the project is not read further and counts as one that may run float16.
@@ -73,7 +90,8 @@ def _project_mentions_float16(root: str) -> bool:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if not skipped_directory(entry.name):
+                    if not (skipped_directory(entry.name)
+                            or entry.name.lower() in _TEST_DIRECTORIES):
                         stack.append(entry.path)
                     continue
                 # Regular files only: a FIFO would block the read, a symlink may leave the
@@ -84,9 +102,13 @@ def _project_mentions_float16(root: str) -> bool:
                 seen += 1
                 if seen > MAX_FILES:
                     return True
+                if _is_test_file(entry.name):
+                    continue
                 with open(entry.path, "rb") as f:
                     data = f.read(MAX_BYTES_PER_FILE)
-                if FLOAT16_EVIDENCE.search(data):
+                # A .py file's comments and docstrings are prose about its own code, often
+                # about another dtype ("fp32 to fp16 under AMP" in a bfloat16-only model).
+                if mentions_float16(data, prose=not entry.name.endswith((".py", ".pyi"))):
                     return True
                 read += len(data)
                 if read > MAX_BYTES:
@@ -94,3 +116,84 @@ def _project_mentions_float16(root: str) -> bool:
             except OSError:
                 continue
     return False
+
+
+def mentions_float16(data: bytes, *, prose: bool = True, pattern: re.Pattern[bytes]
+                     = FLOAT16_EVIDENCE) -> bool:
+    """Whether `data` says float16 runs: a `pattern` match that is not about bfloat16, not a
+    disabled autocast, not one dtype in a list of them, and (without `prose`, for Python
+    source) not in a comment or docstring."""
+    prose_spans: list[tuple[int, int]] | None = None
+    for match in pattern.finditer(data):
+        if not _says_float16(data, match):
+            continue
+        if prose:
+            return True
+        if prose_spans is None:
+            prose_spans = _prose_spans(data)
+        if not any(start <= match.start() < end for start, end in prose_spans):
+            return True
+    return False
+
+
+def _says_float16(data: bytes, match: re.Match[bytes]) -> bool:
+    line_start = data.rfind(b"\n", 0, match.start()) + 1
+    line_end = data.find(b"\n", match.end())
+    context = data[line_start:len(data) if line_end < 0 else line_end]
+    if match.group().lower() == b"autocast":
+        # The call's arguments, when it is called: `torch.autocast(\n  "cuda",\n  dtype=...)`.
+        opened = re.match(rb"\s*\(", data[match.end():match.end() + 8])
+        if opened:
+            context += _call_arguments(data, match.end() + opened.end())
+            if _FULL_PRECISION.search(context):
+                return False  # an autocast to float32 disables itself
+    if _NOT_FLOAT16.search(context) or _IMPORT.match(context):
+        return False
+    return not (match.group() == b"torch.float16" and _OTHER_DTYPE.search(context))
+
+
+def _call_arguments(data: bytes, start: int) -> bytes:
+    depth = 1
+    for i in range(start, min(len(data), start + _CALL_SPAN)):
+        depth += {40: 1, 41: -1}.get(data[i], 0)  # ( and )
+        if depth == 0:
+            return data[start:i]
+    return data[start:start + _CALL_SPAN]
+
+
+def _prose_spans(data: bytes) -> list[tuple[int, int]]:
+    """Byte spans of the comments and docstrings of a Python source; none where it does not
+    tokenize (then every mention counts, as in any other file)."""
+    line_offsets = [0]
+    for line in data.splitlines(keepends=True):
+        line_offsets.append(line_offsets[-1] + len(line))
+
+    def offset(row: int, col: int) -> int:
+        # tokenize counts columns in characters; lines here are bytes.
+        start = line_offsets[row - 1]
+        line = data[start:line_offsets[row]] if row < len(line_offsets) else b""
+        return start + len(line.decode("utf-8", "replace")[:col].encode("utf-8", "replace"))
+
+    spans: list[tuple[int, int]] = []
+    statement_start = True
+    try:
+        tokens = list(tokenize.tokenize(io.BytesIO(data).readline))
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError, ValueError):
+        return spans
+    for i, token in enumerate(tokens):
+        if token.type == tokenize.COMMENT:
+            spans.append((offset(*token.start), offset(*token.end)))
+        elif token.type == tokenize.STRING and statement_start:
+            following = next((t for t in tokens[i + 1:] if t.type not in (
+                tokenize.NL, tokenize.COMMENT)), None)
+            if following is None or following.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                spans.append((offset(*token.start), offset(*token.end)))
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            statement_start = token.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                             tokenize.ENCODING)
+    return spans
+
+
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith(("_test.py", "_tests.py")) or (
+        name == "conftest.py")

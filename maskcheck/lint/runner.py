@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from maskcheck.errors import FileProblem
 from maskcheck.lint.checks import Edit, Hit, lint_tree
 from maskcheck.lint.noqa import is_suppressed, suppressions
-from maskcheck.lint.project import FLOAT16_EVIDENCE, may_run_float16
+from maskcheck.lint.project import may_run_float16, mentions_float16
 from maskcheck.lint.reading import is_notebook, read_regular, source_kind, source_limit
 from maskcheck.model import FileReport, Finding
 from maskcheck.rules.registry import get_rule
@@ -141,7 +141,7 @@ def _float16_gate(findings: list[Finding], data: bytes, path: str) -> list[Findi
     """Without MC501 where neither the file nor its project ever mentions float16: the fill
     then runs in float32 or bfloat16, where it is finite (see `maskcheck.lint.project`).
     `lint_source` has no project, so it keeps them."""
-    if not any(f.code == "MC501" for f in findings) or FLOAT16_EVIDENCE.search(
+    if not any(f.code == "MC501" for f in findings) or mentions_float16(
             data) or may_run_float16(path):
         return findings
     return [f for f in findings if f.code != "MC501"]

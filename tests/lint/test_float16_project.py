@@ -63,8 +63,9 @@ def test_silent_in_a_project_that_never_runs_float16(tmp_path: Path, marker: str
 
 @pytest.mark.parametrize("evidence", [
     ("train.py", "model = model.half()\n"),
-    ("train.py", "scaler = torch.cuda.amp.GradScaler()\n"),
     ("train.py", "with torch.autocast('cuda'):\n    pass\n"),
+    ("train.py", "from torch.cuda.amp import autocast\n\nwith autocast():\n    pass\n"),
+    ("train.py", "p.add_argument('--amp', help='automatic mixed precision')\n"),
     ("train.py", "parser.add_argument('--fp16', action='store_true')\n"),
     ("train.py", "model.to(dtype=torch.float16)\n"),
     ("train.py", "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n"),
@@ -81,6 +82,40 @@ def test_reported_once_the_project_mentions_float16(tmp_path: Path,
     (proj / name).write_text(text)
     assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
     assert check(Path("model/attention.py"), cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
+@pytest.mark.parametrize("evidence", [
+    # torch-molecule's MolGPT: a GradScaler without autocast scales a float32 loss.
+    ("train.py", "from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n"),
+    # ESMFold2: every autocast names bfloat16 (over several lines), or float32, or is off.
+    ("train.py", "with torch.autocast(\n    device_type='cuda',\n    dtype=torch.bfloat16,\n):\n"
+                 "    pass\n"),
+    ("train.py", "@torch.amp.autocast('cuda', enabled=False)\ndef f():\n    pass\n"),
+    ("train.py", "ctx = torch.amp.autocast('cuda', dtype=torch.float32)\n"),
+    ("train.py", "from torch.amp import autocast\n"),
+    ("train.py", "ok = torch.is_autocast_enabled()\n"),
+    ("train.py", "trainer = pl.Trainer(precision='bf16-mixed')\n"),
+    # DI-engine, deepchem: a dtype among others is checked, not chosen.
+    ("utils.py", "FLOATS = [torch.float32, torch.float64, torch.float16]\n"),
+    ("utils.py", "if x.dtype in (torch.float16, torch.bfloat16):\n    pass\n"),
+    # A .py file's comments and docstrings talk about other code; tests cast to test.
+    ("rotary.py", "# einsum converts fp32 to fp16 under AMP\nx = 1\n"),
+    ("store.py", 'def save(x):\n    """Stored as fp16 to save space."""\n    return x\n'),
+    ("tests/test_dtypes.py", "x = torch.zeros(2, dtype=torch.float16)\n"),
+    ("test_half.py", "model = model.half()\n"),
+])
+def test_mentions_that_do_not_run_float16(tmp_path: Path, evidence: tuple[str, str]) -> None:
+    proj = make_project(tmp_path)
+    name, text = evidence
+    (proj / name).parent.mkdir(parents=True, exist_ok=True)
+    (proj / name).write_text(text)
+    assert check(proj, cwd=proj) == []
+    # The same words in the file itself: its own mention is not read as a run either, except
+    # its own prose (about its own code) and what only a test file's place excused.
+    (proj / "model" / "attention.py").write_text(ATTENTION + "\n" + text)
+    own = "#" in text or '"""' in text or "test" in name
+    assert check(Path("model/attention.py"), cwd=proj) == (
+        [("attention.py", FILL_LINE, "MC501")] if own else [])
 
 
 def test_numpy_float16_is_not_a_models_dtype(tmp_path: Path) -> None:
@@ -190,6 +225,11 @@ def test_a_non_raising_bias_needs_float16_in_the_file_itself(tmp_path: Path) -> 
     proj = make_project(tmp_path)
     (proj / "train.sh").write_text("python train.py --fp16\n")
     (proj / "model" / "bias.py").write_text(BIAS)
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    # wenet's and chatterbox's mask_to_bias check the dtype among others: no float16 run.
+    (proj / "model" / "bias.py").write_text(BIAS.replace(
+        "    attention_mask = (1.0", "    assert attention_mask.dtype in [torch.float32, "
+        "torch.bfloat16, torch.float16]\n    attention_mask = (1.0"))
     assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
     (proj / "model" / "bias.py").write_text(BIAS + "# scores are half precision at inference\n")
     assert sorted(check(proj, cwd=proj)) == [("attention.py", FILL_LINE, "MC501"),
