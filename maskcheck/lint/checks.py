@@ -22,11 +22,13 @@ from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
     BF16_MAX,
+    BOOL_ANNOTATED,
     COLLATED_MASK_KEYS,
     FLOAT_DTYPES,
     FP16_MAX,
     HALF_DTYPES,
     MODULE_ALIASES,
+    PARAMETER_VALUES,
     TENSOR,
     UNKNOWN,
     Value,
@@ -221,6 +223,11 @@ class _Role(NamedTuple):
     # False where the function only passes the parameter on to another function of this file
     # that does it (a wrapper): the use is then a hand-over, not a reading of the mask.
     direct: bool = True
+
+
+# The `position` of a role a function's `**kwargs` carry to torch's attention (see
+# `_note_forwarded_kwargs`): matched by no positional argument and no parameter name.
+_KWARGS_POSITION = 1 << 20
 
 
 class _Param(NamedTuple):
@@ -655,7 +662,7 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
-           "_file_float16")
+           "_file_float16", "_declared_methods")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -737,6 +744,13 @@ class Linter:
         self._neutral_defaults: dict[int, str] = {}
         # Classes of this file -> what their forward does with its parameters (`_Role`s).
         self._class_roles: dict[str, tuple[_Role, ...]] = {}
+        # (class, method) -> what the method does with its parameters, as `self.name(...)` calls
+        # are checked; and, declared before the walk, those of methods called above their
+        # definition (`forward` calling `self._attend` defined below it, see `first_walk`).
+        self._method_roles: dict[tuple[str, str], tuple[_Role, ...]] = {}
+        self._declared_methods: dict[str, dict[str, tuple[_Role, ...]]] = {}
+        # The same for the module's functions (a helper at the bottom of the file).
+        self._function_roles: dict[str, tuple[_Role, ...]] = {}
         # Classes of this file -> what their methods return, as `self.<method>` values.
         self._class_attrs: dict[str, dict[str, Value]] = {}
         # Classes of this file -> the constant flags and numbers their bodies bind
@@ -1100,6 +1114,8 @@ class Linter:
         for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
             if isinstance(base, ast.Name) and base.id in self._class_attrs:
                 scope.values.update(self._class_attrs[base.id])
+        for method, roles in self._declared_methods.get(node.name, {}).items():
+            scope.values["self." + method] = Value(param_roles=roles)  # defined below its calls
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -1217,6 +1233,8 @@ class Linter:
                     scope.values[arg.arg] = Value(mha=True)
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
+                elif _annotated_bool(arg.annotation):  # `mask: Optional[torch.BoolTensor]`
+                    scope.values[arg.arg] = BOOL_ANNOTATED
                 elif self._class_roles and (
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
                     scope.values[arg.arg] = Value(param_roles=self._class_roles[
@@ -1251,7 +1269,7 @@ class Linter:
             self._enter_signature(node, scope, args, defaults)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
         if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
-                scope.values.get("attention_mask") in (UNKNOWN, TENSOR)):
+                scope.values.get("attention_mask") in PARAMETER_VALUES):
             # `forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token
             scope.values["attention_mask"] = Value(hf_keep=True)
         self.scopes.append(scope)
@@ -1285,6 +1303,8 @@ class Linter:
                     scope.values[param] = seed
                 elif held == TENSOR:
                     scope.values[param] = replace(seed, tensor=True)
+                elif held == BOOL_ANNOTATED:
+                    scope.values[param] = replace(seed, annotated01=True)
 
     def _note_option(self, call: ast.Call) -> None:
         """`parser.add_argument("--mask-value", type=float, default=-1e9)`: the default's facts
@@ -1536,6 +1556,10 @@ class Linter:
         elif roles and self.scope.kind == "class" and done.name in {"forward", "__call__"}:
             self._class_roles[self.scope.name] = roles  # calls of an instance
             self._roles_known = True
+        if roles and done.in_class and self.scope.kind == "class" and done.name:
+            self._method_roles[(self.scope.name, done.name)] = roles
+        elif roles and done.kind == "function" and done.name and self.scope.kind == "module":
+            self._function_roles[done.name] = roles
         if roles and done.in_class and done.method and self.scope.kind == "class":
             # a method called as `self.name(...)` in the methods below: its calls are checked
             # against what it does with its parameters (which start after self)
@@ -1543,8 +1567,11 @@ class Linter:
                 self.scope.values.get("self." + done.name, UNKNOWN), param_roles=roles)
             self._roles_known = True
         if facts and done.in_class and self.scope.kind == "class":
-            # `self.name(...)` in the methods below gives what every return of it gives
-            self.scope.values["self." + done.name] = facts
+            # `self.name(...)` in the methods below gives what every return of it gives; a
+            # property's `self.name` gives it without a call (diffusers' `mask_fill_value`)
+            read = facts.result if _is_property(done.node) and isinstance(
+                facts.result, Value) else facts
+            self.scope.values["self." + done.name] = read
         if roles and done.in_class and not done.method and self.scope.kind == "class":
             # a static method called as `self.name(...)`: its calls are checked against what it
             # does with its parameters, as a function's are (its arguments start after self)
@@ -1560,9 +1587,9 @@ class Linter:
                 if "." not in key and (helper.returns_bool or helper.result is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
             for key in properties:  # what `instance.name` reads (see values)
-                held = done.values.get("self." + key)
-                if held is not None and held.result is not None:
-                    self.bind(f"{done.name}.{key}", replace(held, param_roles=(), prop=True))
+                held = done.values.get("self." + key)  # (what `self.name` reads, see above)
+                if held:
+                    self.bind(f"{done.name}.{key}", Value(result=held, prop=True))
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
@@ -1804,11 +1831,22 @@ class Linter:
         if name == "masked_fill_":
             self._inplace_fill(call)
 
-    def declare_classes(self, class_roles: dict[str, tuple[_Role, ...]]) -> None:
+    def declare_classes(self, class_roles: dict[str, tuple[_Role, ...]],
+                        methods: dict[str, dict[str, tuple[_Role, ...]]] | None = None,
+                        functions: dict[str, tuple[_Role, ...]] | None = None) -> None:
         """Start the walk knowing what these classes' forward does with its parameters (classes
-        defined below their first use, see `lint_tree`)."""
+        defined below their first use, see `lint_tree`), these methods (called as
+        `self.name(...)` above their definition) and these module functions (called above
+        theirs)."""
         if class_roles:
             self._class_roles.update(class_roles)
+            self._roles_known = True
+        if methods:
+            self._declared_methods = methods
+            self._roles_known = True
+        if functions:
+            for name, roles in functions.items():
+                self.scopes[0].values[name] = Value(param_roles=roles)
             self._roles_known = True
 
     def _file_model(self) -> str | None:
@@ -2097,7 +2135,7 @@ class Linter:
         if isinstance(base, ast.Name) and base.id == "self":
             default = self.scope.defaults.get(value.id) if isinstance(value, ast.Name) and (
                 self.scope.name == "__init__" and value.id not in self.scope.assigned) else None
-            if default is not None and facts in (UNKNOWN, TENSOR):
+            if default is not None and facts in PARAMETER_VALUES:
                 # `self.causal = causal` of `__init__(..., causal=True)`: the default holds
                 # unless a caller passes another value
                 facts = self.value(default)
@@ -2449,8 +2487,10 @@ class Linter:
         for mask_node, mask, other in ((node.right, right, node.left), (node.left, left,
                                                                          node.right)):
             # Any operand known to be bool: `keep4d.bool()`, `rand(n, n) > p`, `ids.eq(pad)`.
-            if mask.dtype == "bool" and self._is_scores(other) and self.value(
-                    other).dtype != "bool":
+            # (A `torch.BoolTensor` parameter: bool, or the 0/1 ints the annotation calls so,
+            # which mask nothing either.)
+            if (mask.dtype == "bool" or mask.annotated01) and self._is_scores(other) and (
+                    self.value(other).dtype != "bool"):
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
@@ -2587,8 +2627,8 @@ class Linter:
         facts = self.value(node)
         if self._is_mutated(node):
             return False
-        if facts.keep_mask:  # `pad_keep[:, None, :]`: bool or 0/1 by its name
-            return True
+        if facts.keep_mask or facts.annotated01:  # `pad_keep[:, None, :]`: bool or 0/1 by its
+            return True  # name, or by its annotation (`mask: torch.BoolTensor`)
         if facts.dtype == "bool":  # a bool tensor held in a name, or one with a mask's provenance
             return bool(facts.tri or facts.hf_keep or facts.hf_keep_inverted or facts.pad_keep
                         or _held_in_a_name(node))
@@ -3046,7 +3086,7 @@ class Linter:
         scope = self.scope
         if not (isinstance(node, ast.Name) and scope.kind == "function"
                 and node.id not in scope.assigned and scope.node is not None
-                and self.lookup(node.id) in (UNKNOWN, TENSOR)):
+                and self.lookup(node.id) in PARAMETER_VALUES):
             return None
         for sub in ast.walk(scope.node):
             if isinstance(sub, ast.keyword) and sub.arg in KEY_PADDING_KWARGS:
@@ -3068,11 +3108,12 @@ class Linter:
         known = self.lookup(node.id)
         if known.hf_keep and not known.hf_keep_inverted:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
-        return node.id not in self.scope.assigned and known in (UNKNOWN, TENSOR)
+        return node.id not in self.scope.assigned and known in PARAMETER_VALUES
 
     def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
         positional layout of the nn.Transformer* module the call's receiver was built as."""
+        self._note_forwarded_kwargs(call, "kwargs-mha")
         key_padding, attn_masks = _MODULE_MASK_POSITIONS.get(
             module or "MultiheadAttention", _MODULE_MASK_POSITIONS["MultiheadAttention"])
         for position, where in key_padding.items():
@@ -3433,8 +3474,10 @@ class Linter:
         return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
 
     def _sdpa(self, call: ast.Call) -> None:
+        self._note_forwarded_kwargs(call, "kwargs-sdpa")
         call = self._spread_kwargs(call)
-        bound = self.lookup(call.func.id).bound if isinstance(call.func, ast.Name) else ()
+        held = dotted(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+        bound = self.lookup(held).bound if held is not None else ()
         if bound:  # `sdpa = partial(F.scaled_dot_product_attention, is_causal=True)`
             given = {kw.arg for kw in call.keywords}
             call = ast.copy_location(ast.Call(call.func, call.args, [
@@ -3643,6 +3686,42 @@ class Linter:
             scope.param_roles.setdefault((position, role),
                                          _Role(position, role, use or node, param, direct))
 
+    def _note_forwarded_kwargs(self, call: ast.Call, role: str) -> None:
+        """`def _attend(self, q, kv, **attn_kwargs): self.mha(q, kv, kv, **attn_kwargs)`: the
+        keywords a caller gives the function reach torch's attention as they are."""
+        node = self.scope.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+                node.args.kwarg is None):
+            return
+        kwargs = node.args.kwarg.arg
+        if any(kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == kwargs
+               for kw in call.keywords):
+            self.scope.param_roles.setdefault((_KWARGS_POSITION, role), _Role(
+                _KWARGS_POSITION, role, call, "**" + kwargs))
+
+    def _forwarded_keywords(self, call: ast.Call, entry: _Role) -> None:
+        """A call of a function that hands its `**kwargs` to torch's attention: its keywords
+        checked as that attention call's own (sentence-transformers' pooling passing
+        `key_padding_mask=features["attention_mask"].bool()` through `**attn_kwargs`)."""
+        # A wrapper handing its own `**kwargs` on (a decoder layer's `self.attn(x, **kwargs)`):
+        # its callers' keywords reach the same attention.
+        self._note_forwarded_kwargs(call, entry.role)
+        call = self._spread_kwargs(call)  # `layer(x, **{"attn_mask": m, "is_causal": True})`
+        keywords = [kw for kw in call.keywords if kw.arg is not None]
+        if not keywords:
+            return
+        if entry.role == "kwargs-mha":
+            for kw in keywords:
+                if kw.arg in KEY_PADDING_KWARGS:
+                    self._key_padding_value(kw.value, kw.arg)
+                elif kw.arg in _MHA_MASK_KWARGS:
+                    self._mha_mask(kw.value)
+        else:
+            # Located where the mask is given: in the call, or in the dict it spreads.
+            at = next((kw.value for kw in keywords if kw.arg == "attn_mask"), call)
+            sdpa = ast.copy_location(ast.Name("scaled_dot_product_attention", ast.Load()), at)
+            self._sdpa(ast.copy_location(ast.Call(sdpa, [], keywords), at))
+
     def _helper_call(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A call of a function of this file, checked against what the function does with its
         parameters: a cached key with a True causal flag (MC510), a triangle that points the
@@ -3650,6 +3729,9 @@ class Linter:
         (MC519)."""
         if any(isinstance(a, ast.Starred) for a in call.args):
             return
+        for entry in roles:
+            if entry.position == _KWARGS_POSITION:
+                self._forwarded_keywords(call, entry)
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
         callee = self._callee_key(call) if self.use_site else None
@@ -4439,6 +4521,23 @@ def _annotated_tensor(annotation: ast.expr | None) -> bool:
     return _annotation_name(annotation) in {"Tensor", "torch.Tensor"}
 
 
+def _is_property(node: ast.AST | None) -> bool:
+    """A method decorated `@property` or `@cached_property` (`@functools.cached_property`)."""
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        last_name(d) in {"property", "cached_property"} for d in node.decorator_list)
+
+
+def _annotated_bool(annotation: ast.expr | None) -> bool:
+    """Annotated `torch.BoolTensor` (AllenNLP's masks), or Optional of it / `... | None`."""
+    if isinstance(annotation, ast.Subscript) and (_annotation_name(annotation.value) or "").split(
+            ".")[-1] == "Optional":
+        annotation = annotation.slice
+    elif isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) and (
+            is_none(annotation.right)):
+        annotation = annotation.left
+    return _annotation_name(annotation) in {"BoolTensor", "torch.BoolTensor"}
+
+
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})
 # Builtins that never write into a tensor handed to them.
 _PURE_BUILTINS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str", "hasattr",
@@ -4703,7 +4802,7 @@ def lint_tree(
             use_site = frozenset((key, param) for key, params in seeds.items()
                                  for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(enabled, source, path)
-            linter.declare_classes(declared)
+            linter.declare_classes(*declared)
             linter.seeds = seeds
             linter.use_site = use_site
             linter.option_defaults = options
@@ -4725,24 +4824,67 @@ def lint_tree(
         MODULE_ALIASES.reset(token)
 
 
+_Declared = tuple[dict[str, tuple[_Role, ...]], dict[str, dict[str, tuple[_Role, ...]]],
+                  dict[str, tuple[_Role, ...]]]
+
+
 def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
-               ) -> tuple[Linter, list[Hit], dict[str, tuple[_Role, ...]]]:
+               ) -> tuple[Linter, list[Hit], _Declared]:
     """The walk that records the calls (see `lint_tree`): the linter, its hits, and the
-    classes it had to know before their definition."""
-    declared: dict[str, tuple[_Role, ...]] = {}
+    classes and methods it had to know before their definition."""
+    declared: _Declared = ({}, {}, {})
     for walks in range(1, 4):  # a chain of such classes needs one more walk per link
         linter = Linter(enabled, source, path)
         linter.record_calls = True
         linter.checkpoints = [] if isinstance(tree, ast.Module) else None
-        linter.declare_classes(declared)
+        linter.declare_classes(*declared)
         hits = linter.run(tree)
-        late = _used_before_defined(tree, linter._class_roles, source)
-        if not late or late == declared or walks == 3:
+        late = (_used_before_defined(tree, linter._class_roles, source),
+                _methods_called_above(tree, linter._method_roles),
+                _functions_called_above(tree, linter._function_roles))
+        if not any(late) or late == declared or walks == 3:
             break
         # A class used above its definition (`self.attn = SelfAttention(d)` in a model
-        # defined first): walked again with what its forward does known from the start.
+        # defined first), a method called above its own (`forward` calling `self._attend`):
+        # walked again with what its forward, or the method, does known from the start.
         declared = late
     return linter, hits, declared
+
+
+def _functions_called_above(tree: ast.AST, function_roles: dict[str, tuple[_Role, ...]]
+                            ) -> dict[str, tuple[_Role, ...]]:
+    """The module functions of `function_roles` called by name on a line above their
+    definition (a class calling a helper written at the bottom of the file), with their roles."""
+    if not function_roles or not isinstance(tree, ast.Module):
+        return {}
+    defined = {stmt.name: stmt.lineno for stmt in tree.body if isinstance(
+        stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in function_roles}
+    return {call.func.id: function_roles[call.func.id] for call in subnodes(tree)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id in defined and call.lineno < defined[call.func.id]}
+
+
+def _methods_called_above(tree: ast.AST, method_roles: dict[tuple[str, str], tuple[_Role, ...]]
+                          ) -> dict[str, dict[str, tuple[_Role, ...]]]:
+    """The methods of `method_roles` that a method of their class calls as `self.name(...)` on
+    a line above their definition, by class, with their roles."""
+    late: dict[str, dict[str, tuple[_Role, ...]]] = {}
+    if not method_roles:
+        return late
+    classes = {cls for cls, _ in method_roles}
+    for node in subnodes(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name in classes):
+            continue
+        defined = {item.name: item.lineno for item in node.body if isinstance(
+            item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.name, item.name) in
+            method_roles}
+        for call in subnodes(node):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and (
+                    isinstance(call.func.value, ast.Name) and call.func.value.id == "self"
+                    and call.func.attr in defined and call.lineno < defined[call.func.attr]):
+                late.setdefault(node.name, {})[call.func.attr] = method_roles[
+                    (node.name, call.func.attr)]
+    return late
 
 
 def _used_before_defined(tree: ast.AST, class_roles: dict[str, tuple[_Role, ...]],

@@ -149,6 +149,10 @@ class Value:
     # helper returning torch.bfloat16 or None), or a tensor cast to one (`m.to(dtype=dtype)`).
     # Read only where a float32-only value meets it (MC517); kept through branch joins.
     maybe_half: bool = False
+    # A parameter annotated `torch.BoolTensor` (AllenNLP's masks): 0/1, but not surely bool
+    # (protenix annotates so an int indicator, `1 - is_ligand`): a float cast of it is a float
+    # 0/1 mask (MC520), while `1 - it` is no proof of a bool subtraction.
+    annotated01: bool = False
     # A 0/1 mask (bool, 0/1, a keep-mask) cast to the dtype of another tensor whose dtype the
     # file does not show (`pad.to(points.dtype)`, `.type_as(feats)`): float unless that tensor
     # is bool or integer. SDPA and the attention modules take only bool or float masks, so
@@ -208,6 +212,9 @@ def replace(value: _T, /, **changes: Any) -> _T:
 
 UNKNOWN = Value()
 TENSOR = Value(tensor=True)  # all that is known of a parameter annotated `torch.Tensor`
+BOOL_ANNOTATED = Value(annotated01=True)  # ... and of one annotated `torch.BoolTensor`
+# What an untouched parameter holds: nothing known but its annotation.
+PARAMETER_VALUES = (UNKNOWN, TENSOR, BOOL_ANNOTATED)
 Lookup = Callable[[str], Value]
 # The pseudo-name a lookup answers with the dtype autocast gives matmul-like ops where the walk
 # is (`with torch.autocast("cuda"):` -> half); no Python name can be spelled like it.
@@ -399,6 +406,10 @@ def call_name(call: ast.Call, lookup: Lookup | None = None) -> str | None:
                 return alias
         return func.id
     if isinstance(func, ast.Attribute):
+        if lookup is not None and isinstance(func.value, ast.Name) and func.value.id == "self":
+            alias = lookup("self." + func.attr).api
+            if alias is not None:
+                return alias  # `self.attend = partial(F.scaled_dot_product_attention, ...)`
         return func.attr
     return None
 
@@ -669,7 +680,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     if _last_position_index(key):
         return replace(base, last_position=True, tokens=False, api=None, mha=False,
                        number=None, tri=None) if base else Value(last_position=True)
-    if base in (UNKNOWN, TENSOR) and _extends_hf_mask(node):
+    if base in PARAMETER_VALUES and _extends_hf_mask(node):
         return Value(hf_keep=True)
     if not base:
         return UNKNOWN
@@ -1037,6 +1048,17 @@ def _applied_to_last_position(call: ast.Call, name: str, lookup: Lookup) -> Valu
     return Value(last_position=True) if describe(call.args[0], lookup).last_position else UNKNOWN
 
 
+def _dtype_named(node: ast.expr | None) -> bool:
+    """`dtype=dtype`, `dtype=self.dtype`, `dtype=target_dtype`: the dtype the caller or the
+    model picks, which may be a half one (diffusers' `prepare_attention_mask(..., dtype)`)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+            node.value.id == "self"):
+        name = node.attr
+    else:
+        name = node.id if isinstance(node, ast.Name) else ""
+    return name == "dtype" or name.endswith("_dtype")
+
+
 def _describe_factory(
     call: ast.Call, name: str, dtype_kw: str | None, lookup: Lookup
 ) -> Value | None:
@@ -1051,7 +1073,8 @@ def _describe_factory(
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES,
-                     positions=name == "arange")
+                     positions=name == "arange", maybe_half=dtype_kw is None and _dtype_named(
+                         kwarg(call, "dtype")))
     if name == "tensor" and call.args and _int_literal(call.args[0]):
         return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
     if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
@@ -1405,7 +1428,7 @@ def _zero_one_base(base: Value) -> bool:
     """Whether a value is a 0/1 mask whatever its dtype (what a float cast keeps 0/1)."""
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
     return (base.zero_one or base.dtype == "bool" or base.float01 or padding
-            or base.keep_mask) and not base.all_ones
+            or base.keep_mask or base.annotated01) and not base.all_ones
 
 
 # Words of a tensor's name that say it holds a mask, indices or counts (bool or integer).
@@ -1433,7 +1456,7 @@ def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
         return replace(cast, float01=False)
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
     zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding
-                or base.keep_mask) and not base.all_ones
+                or base.keep_mask or base.annotated01) and not base.all_ones
     return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 

@@ -29,11 +29,11 @@ def _walks(source: str) -> tuple[list[Hit], list[Hit], int, int] | None:
         if not seeds or first.option_defaults or MODULE_ALIASES.get():
             return None
         whole = Linter(SOURCE_CODES, source, "a.py")
-        whole.declare_classes(declared)
+        whole.declare_classes(*declared)
         whole.seeds = seeds
         expected = whole.run(tree)
         again = Linter(SOURCE_CODES, source, "a.py")
-        again.declare_classes(declared)
+        again.declare_classes(*declared)
         again.seeds = seeds
         walked: list[ast.AST] = []
         walk = again._walk
@@ -158,7 +158,7 @@ def _whole_second_walk(tree: ast.Module, source: str) -> list[Hit]:
             use_site = frozenset((key, param) for key, params in seeds.items()
                                  for param in params if param in linter.role_params.get(key, ()))
             linter = Linter(SOURCE_CODES, source, "a.py")
-            linter.declare_classes(declared)
+            linter.declare_classes(*declared)
             linter.seeds = seeds
             linter.use_site = use_site
             linter.option_defaults = options
@@ -185,7 +185,7 @@ def test_every_linter_attribute_is_classified() -> None:
              "seeds", "calls_to", "option_defaults", "use_site"}
     output = {"hits", "param_hits", "walked_hits", "scopes"}
     recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
-                "offset_flags",
+                "offset_flags", "_method_roles", "_function_roles",
                 "entered"}
     # keyed by an `if` or statement node, set and read within it
     within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots",
