@@ -1883,6 +1883,24 @@ class Linter:
             self._shown = {id(stmt) for stmt in last.values()}
         return id(statement) in self._shown
 
+    def _expects_an_error(self, node: ast.AST) -> bool:
+        """Whether `node` runs inside `with pytest.raises(...)` / `self.assertRaises(...)` (or
+        `assertRaisesRegex`): a statement there is there for its exception."""
+        if self._tree is None:
+            return False
+        if self._parent_of is None:
+            self._parent_of = {id(child): parent for parent in ast.walk(self._tree)
+                               for child in ast.iter_child_nodes(parent)}
+        here = self._parent_of.get(id(node))
+        while here is not None and not isinstance(here, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                         ast.ClassDef, ast.Module)):
+            if isinstance(here, (ast.With, ast.AsyncWith)) and any(
+                    isinstance(item.context_expr, ast.Call) and last_name(
+                        item.context_expr.func) in _EXPECTS_ERROR for item in here.items):
+                return True
+            here = self._parent_of.get(id(here))
+        return False
+
     def _discarded_result(self, call: ast.Call, name: str) -> None:
         """`scores.masked_fill(pad, -inf)` as a statement: the filled copy is thrown away.
         Not casts: `model.float()` and `.to()` work in place on a module, and a dropped cast
@@ -1890,6 +1908,8 @@ class Linter:
         if name not in _DISCARDED_FILLS or any(kw.arg in {"out", "inplace"}
                                                for kw in call.keywords):
             return
+        if self._expects_an_error(call):
+            return  # `with pytest.raises(RuntimeError): dst.masked_scatter(...)`: run to raise
         base = receiver(call)
         if is_module_call(call):
             if base is None or (module_dotted(base) or "").split(".")[0] != "torch":
@@ -2851,6 +2871,8 @@ class Linter:
         return node
 
     def _full(self, call: ast.Call, name: str) -> None:
+        if (module_dotted(call.func) or "").split(".")[0] in {"np", "jnp"}:
+            return  # `np.full(vocab, -1e10, dtype="float32")`: numpy's, no torch float16 here
         if name in {"full", "full_like", "new_full"}:
             self._wide_finfo_full(call, name)
         if name == "fill_":
@@ -3180,10 +3202,27 @@ class Linter:
         else:
             matrix, diagonal = receiver(call), argument(call, 0, "diagonal")
         d = 0.0 if diagonal is None else number(diagonal, self.lookup)
-        if matrix is not None and d in {0.0, -1.0} and self._is_additive_matrix(matrix):
+        if matrix is not None and d in {0.0, -1.0} and self._is_additive_matrix(matrix) and (
+                not (d == -1.0 and self._builds_both_directions())):
             self.report("MC521", call, "tril of a -inf matrix masks the past (below the "
                         "diagonal), not the future: a look-ahead mask is "
                         "triu(..., diagonal=1)")
+
+    def _builds_both_directions(self) -> bool:
+        """The function also takes a triu: it builds a look-ahead mask and its mirror on
+        purpose (SRN's bidirectional GSRM: `attn_mask_forward = triu(full(-inf), 1)`,
+        `attn_mask_backward = tril(full(-inf), -1)`)."""
+        node = self.scope.node
+        if self.scope.kind != "function" or node is None:
+            return False
+        for sub in subnodes(node):
+            if isinstance(sub, ast.Call) and call_name(sub) == "triu":
+                matrix, diagonal = (argument(sub, 0, "input"), argument(sub, 1, "diagonal")) if (
+                    is_module_call(sub)) else (receiver(sub), argument(sub, 0, "diagonal"))
+                if diagonal is not None and number(diagonal, self.lookup) == 1.0 and (
+                        matrix is not None and self._is_additive_matrix(matrix)):
+                    return True
+        return False
 
     def _is_true_name(self, node: ast.AST) -> bool:
         """A name bound to an all-True matrix (`future = torch.ones(n, n, dtype=torch.bool)`)."""
@@ -3330,6 +3369,12 @@ class Linter:
             # (`token_embeddings[mask_expanded == 0] = -1e9`, then torch.max over tokens).
             self._large_negative(value, "an indexed assignment", target.value)
         self._note_element(target, value)
+        if isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
+            # `res["attention_mask"] = torch.tril(...)`: the file built this field (ms-swift's
+            # template), so it is no tokenizer's keep-mask by its key
+            written = dotted(target.value)
+            if written is not None:
+                self.bind(f'{written}["{target.slice.value}"]', self.value(value) or TENSOR)
         held = _held_name(target)
         if held is not None:
             self._mutate(held)
@@ -3590,8 +3635,10 @@ class Linter:
                         stmt, ast.Assign) and is_true(stmt.value)):
                     continue
                 last = [s for s in block if _stored_names(s) & {mask.id}]
-                if not last or not (isinstance(last[-1], ast.Assign) and is_none(last[-1].value)
-                                    and _binds(last[-1], mask.id)):
+                if not last and _branch_of_none(owner, fieldname, mask.id):
+                    pass  # `if need_weights or mask is not None: ... else: is_causal = True`
+                elif not last or not (isinstance(last[-1], ast.Assign) and is_none(
+                        last[-1].value) and _binds(last[-1], mask.id)):
                     return False
                 # The other branch of the same if may bind the mask: that path has no True.
                 other = getattr(owner, "orelse" if fieldname == "body" else "body", [])
@@ -4519,6 +4566,28 @@ def _annotated_mha(annotation: ast.expr | None) -> bool:
 def _annotated_tensor(annotation: ast.expr | None) -> bool:
     """Annotated `torch.Tensor` / `Tensor` itself (not Optional: `None == 0` is a Python bool)."""
     return _annotation_name(annotation) in {"Tensor", "torch.Tensor"}
+
+
+def _branch_of_none(owner: ast.AST, fieldname: str, name: str) -> bool:
+    """Whether the `fieldname` block of `owner` runs only where `name` is None: the else of
+    `if name is not None` (or of an `or` holding it), the body of `if name is None` (or of an
+    `and` holding it). helical's `if need_weights or merged_mask is not None: ... else:
+    sdpa_is_causal = True`."""
+    if not isinstance(owner, ast.If):
+        return False
+    test = owner.test
+    tests = test.values if isinstance(test, ast.BoolOp) else [test]
+    wanted_op = ast.IsNot if fieldname == "orelse" else ast.Is
+    joiner_ok = not isinstance(test, ast.BoolOp) or isinstance(
+        test.op, ast.Or if fieldname == "orelse" else ast.And)
+    return joiner_ok and fieldname in {"body", "orelse"} and any(
+        isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], wanted_op)
+        and isinstance(t.left, ast.Name) and t.left.id == name and is_none(t.comparators[0])
+        for t in tests)
+
+
+# Context managers that expect their block to raise.
+_EXPECTS_ERROR = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
 
 
 def _is_property(node: ast.AST | None) -> bool:

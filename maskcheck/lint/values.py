@@ -658,6 +658,10 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True)
     if not base and isinstance(key, ast.Constant) and isinstance(key.value, str):
+        written = dotted(node.value)
+        held = lookup(f'{written}["{key.value}"]') if written is not None else UNKNOWN
+        if held:
+            return held  # what this function wrote under the key (`res["mask"] = ...`)
         held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
         if held:
             return held
