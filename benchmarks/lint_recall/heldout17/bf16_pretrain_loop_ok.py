@@ -1,6 +1,6 @@
 """bf16 pretraining loop for a small decoder on ragged, left-padded batches: a plain script (correct twin).
 
-Bug source: NVIDIA-NeMo/Automodel PR #2658 ("avoid bf16 -inf overflow in additive attention
+Source: NVIDIA-NeMo/Automodel PR #2658 ("avoid bf16 -inf overflow in additive attention
 mask": a causal `finfo(bf16).min` plane plus a padding `finfo(bf16).min` plane) and
 huggingface/transformers PR #27114 (the same sum in AttentionMaskConverter); conventions.md
 §2.3 and §3 items 15-16. The two planes are built and added inside the training loop.

@@ -1,6 +1,6 @@
 """Character-level language model in notebook cells (`# %%`), exported from a Jupyter notebook.
 
-Bug source: the seed guide's `generate_causal_mask` (`torch.triu(torch.ones(sz, sz) *
+Source: the seed guide's `generate_causal_mask` (`torch.triu(torch.ones(sz, sz) *
 float('-inf'), diagonal=1)`) copied without the `diagonal=1` argument, the bug of
 pbloem/former#10 and pytorch/tutorials#2250 as `maskcheck explain MC503` describes it: triu's
 default diagonal 0 keeps -inf on the diagonal, so every position is hidden from itself and the

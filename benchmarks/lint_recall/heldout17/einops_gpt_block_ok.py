@@ -1,6 +1,6 @@
 """Decoder-only transformer in the einops style: rotary embeddings, fused qkv, key padding mask (correct twin).
 
-Bug source: pytorch/pytorch#131254 (an attn_mask together with the is_causal hint: one of the
+Source: pytorch/pytorch#131254 (an attn_mask together with the is_causal hint: one of the
 two is silently dropped), pytorch/pytorch PR #105342 / #101089 (is_causal is a hint) and
 conventions.md §2.7 (`is_causal=True` with an `attn_mask`: the MATH backend raises "Explicit
 attn_mask should not be set when is_causal=True", the CPU flash kernel ANDs the two). The key

@@ -1,6 +1,6 @@
 """Activity recognition from variable-length IMU windows: a small Transformer as a LightningModule (correct twin).
 
-Bug source: NVIDIA/apex#1105 ("value cannot be converted to type at::Half without overflow",
+Source: NVIDIA/apex#1105 ("value cannot be converted to type at::Half without overflow",
 `masked_fill` with -1e10), the same report as NVIDIA/apex#1052 (-1e9) and
 facebookresearch/fairseq#3575 (-1e8); conventions.md §3 item 18 and §2.3. The padded frames
 are filled with -1e10 on the attention scores, which are float16 under

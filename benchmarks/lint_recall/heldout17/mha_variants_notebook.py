@@ -1,6 +1,6 @@
 """Four causal multi-head attention implementations side by side, LLMs-from-scratch bonus style.
 
-Bug source: rasbt/LLMs-from-scratch#1061 ("Bug in Ch03 Bonus02: PyTorch's SDPA without
+Source: rasbt/LLMs-from-scratch#1061 ("Bug in Ch03 Bonus02: PyTorch's SDPA without
 FlashAttention": the `torch.triu(..., diagonal=1).bool()` buffer, True = masked as
 nn.MultiheadAttention wants it, passed to scaled_dot_product_attention, where True = attend),
 pytorch/pytorch#29546 (flipped look-ahead mask), conventions.md §3 items 9 and 14.

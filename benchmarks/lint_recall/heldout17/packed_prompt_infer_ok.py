@@ -2,7 +2,7 @@
 
     python packed_prompt_infer.py --prompts "hello" "packed attention" "abc" --dtype float32
 
-Bug source: pytorch/pytorch#103963 (a 0/1 float attn_mask is additive: 1 adds +1 and masks
+Source: pytorch/pytorch#103963 (a 0/1 float attn_mask is additive: 1 adds +1 and masks
 nothing), huggingface/transformers#46458 (a float 4-D mask in 0.0 / 1.0 terms instead of -inf
 and zero) and #32195 (0/1 4-D masks became additive), conventions.md §2.9. The packed keep-mask
 is cast to the query dtype before it reaches scaled_dot_product_attention.

@@ -1,6 +1,6 @@
 """Padding-free SFT packing: flattening collator, 4-D block-causal mask, HF-style eager attention (correct twin).
 
-Bug source: huggingface/transformers#32195 (custom 4-D masks and the 4.x inversion
+Source: huggingface/transformers#32195 (custom 4-D masks and the 4.x inversion
 `inverted_mask = 1.0 - attention_mask` followed by `masked_fill(..., torch.finfo(dtype).min)`)
 and huggingface/transformers#32113 (boolean masks fed to `_prepare_4d_causal_attention_mask`);
 conventions.md §1 ("HF 4.x AttentionMaskConverter" row). The 4-D mask is built as a bool keep-mask

@@ -1,6 +1,6 @@
 """Attention-model tour construction for routing, Kool et al. style, in small functional helpers (correct twin).
 
-Bug source: the seed article on `masked_fill_` (`masked_fill` returns a new tensor and leaves the
+Source: the seed article on `masked_fill_` (`masked_fill` returns a new tensor and leaves the
 original unchanged; only the underscore form works in place: its first example prints the
 untouched `attn_scores` after `masked_fill`). The pointer logits are "masked" with a
 `masked_fill` whose result is thrown away, so visited cities and padding stay selectable.

@@ -1,6 +1,6 @@
 """Vision-language-action backbone in the lerobot pi0 layout: prefix-LM masks over image, text, actions (correct twin).
 
-Bug source: huggingface/lerobot PR #710 ("Use safe negative constant for half-precision
+Source: huggingface/lerobot PR #710 ("Use safe negative constant for half-precision
 masking": `torch.where(attention_mask, att_weights, big_neg)` with a float32-sized `big_neg` on
 bfloat16 / float16 weights), conventions.md §3 item 19 and §2.3. The float32 minimum rounds to
 -inf in the bfloat16 weights, padded prefix rows (every key masked) become NaN, and the NaN

@@ -1,6 +1,6 @@
 """Greedy speculative decoding: a draft model proposes tokens, the target verifies them in one pass.
 
-Bug source: conventions.md §1 (SDPA row "is_causal": `tril(diagonal=0)`, aligned top-left when
+Source: conventions.md §1 (SDPA row "is_causal": `tril(diagonal=0)`, aligned top-left when
 L != S; use a lower-right mask for KV-cache style alignment) and §2.7, pytorch/pytorch PR #111007
 (FlashAttention-2 aligns lower-right, SDPA's is_causal upper-left). The verify step runs several
 new queries against keys that include the cache with `is_causal=True`.

@@ -1,6 +1,6 @@
 """Spatial attention over a fixed road-sensor graph for traffic forecasting, with sensor outages (correct twin).
 
-Bug source: the seed article on `masked_fill_` (its section on model buffers: a mask registered
+Source: the seed article on `masked_fill_` (its section on model buffers: a mask registered
 with `register_buffer` has no grad, so it "suits in-place `.masked_fill_()`, e.g. updating the
 mask dynamically", with `self.mask.masked_fill_(...)` inside `forward`). The k-hop adjacency
 bias is a buffer, and each call's broken sensors are filled into it in place: they stay masked

@@ -1,6 +1,6 @@
 """Review sentiment classifier on nn.TransformerEncoder, trained by a Hugging Face Trainer subclass.
 
-Bug source: the seed guide's §2 (key_padding_mask: True = padding, False = real content) and its
+Source: the seed guide's §2 (key_padding_mask: True = padding, False = real content) and its
 Q1 ("why does my mask seem to have no effect? ... True used where False was meant"),
 conventions.md §1 direction cheat-sheet (an HF `attention_mask` is 1/True = keep, every
 nn.Transformer* padding mask True = drop) and pytorch/pytorch PR #141694 (key_padding_mask

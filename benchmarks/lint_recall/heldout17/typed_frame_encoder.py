@@ -1,6 +1,6 @@
 """Typed audio frame encoder: a frozen dataclass config, eager attention with an additive bias.
 
-Bug source: conventions.md §2.9 (a 4-D bool mask given to eager attention, which does
+Source: conventions.md §2.9 (a 4-D bool mask given to eager attention, which does
 `attn_weights + attention_mask`, is added: True adds +1 and nothing is masked) and
 huggingface/transformers#32113 (boolean masks where the code expects an additive float mask).
 The (B, 1, 1, T) bool keep-mask made from the frame lengths is passed as `bias` and added to the

@@ -1,6 +1,6 @@
 """Local-attention forecaster for univariate series: small functional helpers and a training loop (correct twin).
 
-Bug source: the seed guide's `create_block_mask` (`mask = torch.zeros(sz, sz)`, the visible
+Source: the seed guide's `create_block_mask` (`mask = torch.zeros(sz, sz)`, the visible
 blocks written 0, then `mask[mask == 0] = float('-inf')`), here in the shape of the guide's
 `create_local_mask` (a causal sliding window): the window is written 0 into a tensor of zeros,
 so the fill hides every key of every query.
