@@ -593,12 +593,13 @@ def _as_load(target: ast.expr) -> ast.expr:
 
 
 def _is_cache_update(node: ast.AST) -> bool:
-    """`cache.update(k, v, layer)` (transformers), `kv_cache.insert_kv(layer, k, v)` (nanochat):
-    a cache object's method that stores the new keys and gives back all of them."""
+    """`cache.update(k, v, layer)` (transformers), `kv_cache.insert_kv(layer, k, v)` (nanochat),
+    `k, v = cache.append(k, v)` (a dataclass cache): a cache object's method that stores the new
+    keys and gives back all of them."""
     if not isinstance(node, ast.Call):
         return False
     name = call_name(node)
-    if name is None or not (name == "update" or name.startswith("insert")):
+    if name is None or not (name in {"update", "append"} or name.startswith("insert")):
         return False
     base = receiver(node)
     text = (dotted(base) or "").lower() if base is not None else ""
@@ -662,7 +663,7 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
-           "_file_float16", "_declared_methods")
+           "_file_float16", "_declared_methods", "_file_casts_half")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -749,6 +750,7 @@ class Linter:
         # definition (`forward` calling `self._attend` defined below it, see `first_walk`).
         self._method_roles: dict[tuple[str, str], tuple[_Role, ...]] = {}
         self._declared_methods: dict[str, dict[str, tuple[_Role, ...]]] = {}
+        self._file_casts_half: bool | None = None  # see `_casts_half`
         # The same for the module's functions (a helper at the bottom of the file).
         self._function_roles: dict[str, tuple[_Role, ...]] = {}
         # Classes of this file -> what their methods return, as `self.<method>` values.
@@ -2755,8 +2757,11 @@ class Linter:
             # scores: a default fill of log-probs or DP tables is float32 work.
             self._large_negative(value, name, target)
         if value is not None and (is_wide_finfo_min(value) or self.value(value).wide_finfo) and (
-                target_facts.dtype in HALF_DTYPES or target_facts.maybe_half):
-            how = "" if target_facts.dtype in HALF_DTYPES else " (the tensor's dtype may be one)"
+                target_facts.dtype in HALF_DTYPES or target_facts.maybe_half or (
+                    target is not None and target_facts.dtype is None
+                    and self._is_scores(target) and self._casts_half())):
+            how = "" if target_facts.dtype in HALF_DTYPES else " (the tensor's dtype may be one)" \
+                if target_facts.maybe_half else " (this file casts its model to a half dtype)"
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
@@ -2854,13 +2859,20 @@ class Linter:
         for branch in branches:
             if self._is_large_negative(branch):
                 self._large_negative(branch, "torch.where", tensors[0])
-            elif (is_wide_finfo_min(branch) or self.value(branch).wide_finfo) and any(
-                    self.value(t).dtype in HALF_DTYPES for t in tensors if t is not branch):
+            elif not (is_wide_finfo_min(branch) or self.value(branch).wide_finfo):
+                continue
+            elif any(self.value(t).dtype in HALF_DTYPES for t in tensors if t is not branch):
                 # torch.where does not raise here: the value rounds to -inf (checked on torch
                 # 2.13, float16 and bfloat16), so a row with every key masked softmaxes to NaN.
                 self.report("MC517", branch, f"{self._text(branch)} is the float32 minimum: "
                             "torch.where on a float16/bfloat16 tensor turns it into -inf, so a "
                             "fully masked row gives NaN; use torch.finfo(x.dtype).min")
+            elif self._casts_half() and any(self.value(t).dtype is None and self._is_scores(t)
+                                            for t in tensors if t is not branch):
+                self.report("MC517", branch, f"{self._text(branch)} is the float32 minimum and "
+                            "this file casts its model to a half dtype: torch.where on float16 "
+                            "or bfloat16 scores turns it into -inf, so a fully masked row gives "
+                            "NaN; use torch.finfo(x.dtype).min")
 
     def _zero_d_scalar(self, node: ast.expr) -> ast.expr:
         """The number in `torch.tensor(number, ...)`, else the node itself."""
@@ -2954,6 +2966,14 @@ class Linter:
         param = self._own_parameter(target)
         if param is not None and len(self.hits) > before:
             self.param_hits.append((self.hits[-1], param))
+
+    def _casts_half(self) -> bool:
+        """The file itself casts a model or tensor to float16 or bfloat16 (`.half()`,
+        `.bfloat16()`, `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`): scores of a
+        dtype it does not show may be half (lerobot's pi0 `to_bfloat16`, PR #710)."""
+        if self._file_casts_half is None:
+            self._file_casts_half = _HALF_CAST.search(self.source) is not None
+        return self._file_casts_half
 
     def _torch_mha(self, annotation: ast.expr | None) -> bool:
         """Annotated as torch's attention module, not as a class of this file that shares its
@@ -4586,6 +4606,8 @@ def _branch_of_none(owner: ast.AST, fieldname: str, name: str) -> bool:
         for t in tests)
 
 
+_HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(?:float16|half"
+                        r"|bfloat16)\b|torch_dtype\s*=\s*torch\.(?:float16|half|bfloat16)\b")
 # Context managers that expect their block to raise.
 _EXPECTS_ERROR = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
 
