@@ -1890,18 +1890,23 @@ class Linter:
         `assertRaisesRegex`): a statement there is there for its exception."""
         if self._tree is None:
             return False
-        if self._parent_of is None:
-            self._parent_of = {id(child): parent for parent in ast.walk(self._tree)
-                               for child in ast.iter_child_nodes(parent)}
-        here = self._parent_of.get(id(node))
+        parents = self._parents(self._tree)
+        here = parents.get(id(node))
         while here is not None and not isinstance(here, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                          ast.ClassDef, ast.Module)):
             if isinstance(here, (ast.With, ast.AsyncWith)) and any(
                     isinstance(item.context_expr, ast.Call) and last_name(
                         item.context_expr.func) in _EXPECTS_ERROR for item in here.items):
                 return True
-            here = self._parent_of.get(id(here))
+            here = parents.get(id(here))
         return False
+
+    def _parents(self, tree: ast.AST) -> dict[int, ast.AST]:
+        """Each node's parent in the module (built once, on first need)."""
+        if self._parent_of is None:
+            self._parent_of = {id(child): parent for parent in ast.walk(tree)
+                               for child in ast.iter_child_nodes(parent)}
+        return self._parent_of
 
     def _discarded_result(self, call: ast.Call, name: str) -> None:
         """`scores.masked_fill(pad, -inf)` as a statement: the filled copy is thrown away.
@@ -3978,10 +3983,7 @@ class Linter:
         name = dotted(key)
         if name is None or self._tree is None:
             return False
-        if self._parent_of is None:
-            self._parent_of = {id(child): node for node in ast.walk(self._tree)
-                               for child in ast.iter_child_nodes(node)}
-        parents = self._parent_of
+        parents = self._parents(self._tree)
         if self._cache_asserted_off(call, name, parents):
             return True
         call_ifs = _enclosing_ifs(call, parents)
@@ -4013,10 +4015,7 @@ class Linter:
         names = {dotted(query) if query is not None else None, dotted(key)} - {None}
         if len(names) != 2 or self._tree is None:
             return False
-        if self._parent_of is None:
-            self._parent_of = {id(child): node for node in ast.walk(self._tree)
-                               for child in ast.iter_child_nodes(node)}
-        parents = self._parent_of
+        parents = self._parents(self._tree)
 
         def length_of(node: ast.AST) -> str | None:
             if isinstance(node, ast.Name) and node.id in self.scope.derived:
