@@ -1459,8 +1459,7 @@ def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
     if not floated:
         return replace(cast, float01=False)
     padding = base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.padding01
-    zero_one = (base.zero_one or base.dtype == "bool" or base.float01 or padding
-                or base.keep_mask or base.annotated01) and not base.all_ones
+    zero_one = _zero_one_base(base)
     return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 
