@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
-from maskcheck.lint.project import FLOAT16_WORDS, mentions_float16
+from maskcheck.lint.project import FLOAT16_WORDS, HALF_CAST, mentions_float16
 from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
@@ -1890,7 +1890,7 @@ class Linter:
         `assertRaisesRegex`): a statement there is there for its exception."""
         if self._tree is None:
             return False
-        parents = self._parents(self._tree)
+        parents = self._parents()
         here = parents.get(id(node))
         while here is not None and not isinstance(here, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                          ast.ClassDef, ast.Module)):
@@ -1901,10 +1901,11 @@ class Linter:
             here = parents.get(id(here))
         return False
 
-    def _parents(self, tree: ast.AST) -> dict[int, ast.AST]:
-        """Each node's parent in the module (built once, on first need)."""
+    def _parents(self) -> dict[int, ast.AST]:
+        """Each node's parent in the module (built once, on first need; callers have a tree)."""
         if self._parent_of is None:
-            self._parent_of = {id(child): parent for parent in ast.walk(tree)
+            assert self._tree is not None
+            self._parent_of = {id(child): parent for parent in ast.walk(self._tree)
                                for child in ast.iter_child_nodes(parent)}
         return self._parent_of
 
@@ -2977,7 +2978,7 @@ class Linter:
         `.bfloat16()`, `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`): scores of a
         dtype it does not show may be half (lerobot's pi0 `to_bfloat16`, PR #710)."""
         if self._file_casts_half is None:
-            self._file_casts_half = _HALF_CAST.search(self.source) is not None
+            self._file_casts_half = HALF_CAST.search(self.source) is not None
         return self._file_casts_half
 
     def _torch_mha(self, annotation: ast.expr | None) -> bool:
@@ -3983,7 +3984,7 @@ class Linter:
         name = dotted(key)
         if name is None or self._tree is None:
             return False
-        parents = self._parents(self._tree)
+        parents = self._parents()
         if self._cache_asserted_off(call, name, parents):
             return True
         call_ifs = _enclosing_ifs(call, parents)
@@ -4015,7 +4016,7 @@ class Linter:
         names = {dotted(query) if query is not None else None, dotted(key)} - {None}
         if len(names) != 2 or self._tree is None:
             return False
-        parents = self._parents(self._tree)
+        parents = self._parents()
 
         def length_of(node: ast.AST) -> str | None:
             if isinstance(node, ast.Name) and node.id in self.scope.derived:
@@ -4605,8 +4606,6 @@ def _branch_of_none(owner: ast.AST, fieldname: str, name: str) -> bool:
         for t in tests)
 
 
-_HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(?:float16|half"
-                        r"|bfloat16)\b|torch_dtype\s*=\s*torch\.(?:float16|half|bfloat16)\b")
 # Context managers that expect their block to raise.
 _EXPECTS_ERROR = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
 
