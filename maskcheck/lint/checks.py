@@ -17,6 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from maskcheck.conventions import name_hint
+from maskcheck.lint.inline import template as inline_template
 from maskcheck.lint.project import FLOAT16_WORDS, HALF_CAST, mentions_float16
 from maskcheck.lint.values import (
     ATTENTION_CLASSES,
@@ -37,6 +38,7 @@ from maskcheck.lint.values import (
     describe,
     dotted,
     dtype_of,
+    inline_parts,
     is_finfo_min,
     is_masking_value,
     is_module_call,
@@ -166,6 +168,9 @@ class _Scope:
     # function scopes: (class name or "", function name), as calls of it are keyed (`_Callee`)
     key: tuple[str, str] | None = None
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
+    # function scopes: parameters rebound only to a reshape of themselves (`mask =
+    # mask[:, None, None, :]`): still what the caller passed, laid out for the scores
+    reshaped: frozenset[str] = frozenset()
     # function scopes: parameters whose default is a masking value (`fill=-1e10`)
     masking_defaults: dict[str, float] = field(default_factory=dict)
     method: bool = False  # a function defined in a class body that takes self (or cls) first
@@ -1223,10 +1228,11 @@ class Linter:
             self.scope.values.pop(name, None)
         kernel = self.scope.kernel or (
             not isinstance(node, ast.Lambda) and decorated_kernel(node))
-        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel,
-                       params=tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args]),
+        params = tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args])
+        scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel, params=params,
                        method=self.scope.kind == "class" and not _is_static(node),
-                       in_class=self.scope.kind == "class", node=node)
+                       in_class=self.scope.kind == "class", node=node,
+                       reshaped=_reshaped_params(node, params))
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -1458,11 +1464,12 @@ class Linter:
                 bool_only = False
                 if param in with_roles and not kinds <= _USE_SITE_ROLES:
                     if not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
-                            "drop-fill", "keep-fill"}):
+                            "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
                         continue
                     # also a fill condition (MIST's `new_attn_mask.masked_fill_(attn_mask, ...)`
-                    # next to `attn += attn_mask`): only a bool dtype is given, which the fill
-                    # reads as it should and the addition does not
+                    # next to `attn += attn_mask`), or SDPA's mask on its fused path (timm's
+                    # Attention, `attn + attn_mask` on the eager one): only a bool dtype is
+                    # given, which the fill and SDPA read as they should and the addition does not
                     bool_only = True
                 facts = seed(key, param)
                 if bool_only:
@@ -1544,6 +1551,11 @@ class Linter:
         parts = _parts_of(done)
         if parts:
             facts = replace(facts, parts=parts)
+        if done.kind == "function" and done.name and (
+                isinstance(done.node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            written = inline_template(done.node, method=done.in_class)
+            if written is not None:
+                facts = replace(facts, inline=written)  # read at each call (see lint.inline)
         if done.kind == "function" and done.name and not done.method:
             # A helper of this file that returns a bool tensor (OpenNMT's sequence_mask): its
             # calls below are bool too; and whatever else every return gives (an all -inf
@@ -1573,6 +1585,8 @@ class Linter:
             # property's `self.name` gives it without a call (diffusers' `mask_fill_value`)
             read = facts.result if _is_property(done.node) and isinstance(
                 facts.result, Value) else facts
+            if roles and done.method and read is facts:
+                read = replace(read, param_roles=roles)  # (see above)
             self.scope.values["self." + done.name] = read
         if roles and done.in_class and not done.method and self.scope.kind == "class":
             # a static method called as `self.name(...)`: its calls are checked against what it
@@ -1586,12 +1600,16 @@ class Linter:
                 m, ast.FunctionDef) and any(isinstance(d, ast.Name) and d.id == "property"
                                             for d in m.decorator_list)}
             for key, helper in done.values.items():
-                if "." not in key and (helper.returns_bool or helper.result is not None):
+                if "." not in key and (helper.returns_bool or helper.result is not None
+                                       or helper.inline is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
             for key in properties:  # what `instance.name` reads (see values)
                 held = done.values.get("self." + key)  # (what `self.name` reads, see above)
                 if held:
                     self.bind(f"{done.name}.{key}", Value(result=held, prop=True))
+        if done.kind == "class" and done.name and (
+                forward := done.values.get("self.forward")) and forward.inline is not None:
+            self.bind(f"{done.name}.forward", Value(inline=forward.inline))  # `self.embed(x)`
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
@@ -1943,6 +1961,16 @@ class Linter:
             self._note_fields(node.value)  # `batch = {"padding_mask": pad.float(), ...}`
         facts = self._bound_facts(node.value)
         for target in node.targets:
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(
+                    target.elts) == len(node.value.elts) and not any(
+                    isinstance(e, ast.Starred) for e in target.elts + node.value.elts):
+                # `self.norm1, self.attn = nn.LayerNorm(d), Attention(d)`: each target what its
+                # own value is (all read before any is bound, as Python does)
+                pairs = [(t, v, self._bound_facts(v))
+                         for t, v in zip(target.elts, node.value.elts, strict=True)]
+                for element, value, known in pairs:
+                    self._assign_target(element, value, known)
+                continue
             self._assign_target(target, node.value, facts)
 
     def _bound_facts(self, value: ast.expr) -> Value:
@@ -1973,16 +2001,18 @@ class Linter:
         elif isinstance(target, ast.Attribute):
             self._assign_attribute(target, value, facts)
         else:
+            # what the call returns is read with the arguments as bound before this line
+            returned = self._returned_parts(value) if isinstance(target, ast.Tuple) and (
+                isinstance(value, ast.Call)) else ()
             self._forget_targets(target)
             if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(value)):
                 # `k, v = cache.update(k, v)`: keys hold the cache; `ck, cv = cache`: the cache
                 for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(cached=True)
-            elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and (
-                    parts := self._returned_parts(value)) and len(parts) == len(target.elts):
+            elif isinstance(target, ast.Tuple) and returned and len(returned) == len(target.elts):
                 # `causal, padding = build_masks(...)`: each name what its position gives
-                for element, part in zip(target.elts, parts, strict=True):
+                for element, part in zip(target.elts, returned, strict=True):
                     if isinstance(element, ast.Name) and part:
                         self.scope.values[element.id] = part
             elif isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(
@@ -1997,11 +2027,20 @@ class Linter:
         gives, for `a, b = f(...)`."""
         func = call.func
         if isinstance(func, ast.Name):
-            return self.lookup(func.id).parts
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+            helper = self.lookup(func.id)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
                 func.value.id == "self"):
-            return self.lookup("self." + func.attr).parts
-        return ()
+            helper = self.lookup("self." + func.attr)
+            if helper.module is not None and helper.inline is None:
+                helper = self.lookup(helper.module + ".forward")  # an instance: its forward
+        else:
+            return ()
+        if helper.inline is not None and isinstance(helper.inline.expr, ast.Tuple):
+            # `return x, mask[:, :-2:2]`: each position made of this call's arguments
+            read = inline_parts(helper.inline, helper.parts, call, self.lookup)
+            if read:
+                return read
+        return helper.parts
 
     def _forget_targets(self, target: ast.AST) -> None:
         for sub in subnodes(target):
@@ -2538,7 +2577,8 @@ class Linter:
             return
         facts = self.value(node.operand)
         if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
-                node.operand))) or (facts.dtype is None and (
+                node.operand) or _batch_attention_mask(node.operand))) or (
+                facts.dtype is None and (
                     facts.collated or _batch_attention_mask(node.operand))):
             shown = call if call is not None else node
             edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
@@ -2695,6 +2735,9 @@ class Linter:
             logits = argument(call, 0, "input")  # torch.softmax(x), F.softmax(x), self.sm(x)
         else:
             logits = base  # x.softmax(-1)
+        while isinstance(logits, ast.Call) and call_name(logits) in _RESHAPES and (
+                receiver(logits) is not None):
+            logits = receiver(logits)  # `softmax(align.view(b, n), -1)`: the same logits
         product: _Product | None = None
         if isinstance(logits, ast.BinOp):
             product = self._product_of(logits)
@@ -3156,7 +3199,11 @@ class Linter:
         known = self.lookup(node.id)
         if known.hf_keep and not known.hf_keep_inverted:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
-        return node.id not in self.scope.assigned and known in PARAMETER_VALUES
+        if node.id in self.scope.assigned:
+            return False
+        # a parameter, or one every caller gives a keep-mask (read through their helpers)
+        return known in PARAMETER_VALUES or ((known.pad_keep or known.keep_mask) and not (
+            known.hf_keep_inverted))
 
     def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
@@ -3475,6 +3522,31 @@ class Linter:
 
     # --- MC505 ---
 
+    def _detached(self, name: str) -> bool:
+        """The function reads `name` only detached somewhere (`p = p.detach()`, `p.detach_()`,
+        `p.data`): what autograd saves is then off the graph, and backward never reads it
+        (fairseq's teacher probabilities `lprobs_t.exp().masked_fill_(pad, 0).detach()`)."""
+        node = self.scope.node
+        if node is None:
+            return False
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and call_name(sub) in {"detach", "detach_"}:
+                base = receiver(sub)
+                if isinstance(base, ast.Name) and base.id == name:
+                    return True
+        return False
+
+    def _fill_detached(self, call: ast.Call) -> bool:
+        """`x.exp().masked_fill_(m, 0).detach()`, or `p = x.exp().masked_fill_(m, 0)` with `p`
+        detached afterwards (see `_detached`)."""
+        if self._tree is None:
+            return False
+        parent = self._parents().get(id(call))
+        if isinstance(parent, ast.Attribute) and parent.attr in {"detach", "detach_", "data"}:
+            return True
+        return isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
+            parent.targets[0], ast.Name) and self._detached(parent.targets[0].id)
+
     def _inplace_fill(self, call: ast.Call) -> None:
         base = receiver(call)
         fill = argument(call, 1, "value")
@@ -3497,11 +3569,20 @@ class Linter:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
         elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
-                bound, self.lookup) in _SAVES_OUTPUT and self._on_grad_path():
+                bound, self.lookup) in _SAVES_OUTPUT and self._on_grad_path() and not (
+                self._detached(base.id)):
             # softmax's backward reads its own output: overwriting it in place makes
             # backward raise (checked on torch 2.13)
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
                         f"{call_name(bound, self.lookup)} that autograd saves for backward: "
+                        "backward raises (modified by an inplace operation); use masked_fill")
+        elif isinstance(base, ast.Call) and call_name(
+                base, self.lookup) in _SAVES_OUTPUT and self._on_grad_path() and not (
+                self._fill_detached(call)):
+            # `torch.softmax(scores, -1).masked_fill_(mask, 0.0)`: the same, unnamed (ESPnet's
+            # forward_attention once did it so)
+            self.report("MC505", call, f"masked_fill_ on the output of "
+                        f"{call_name(base, self.lookup)}, which autograd saves for backward: "
                         "backward raises (modified by an inplace operation); use masked_fill")
         elif isinstance(base, ast.Attribute) and base.attr == "weight" and isinstance(
                 base.value, ast.Attribute):
@@ -3693,7 +3774,8 @@ class Linter:
                 return None
             node, inverted = found
             flipped ^= inverted
-            if node.id in scope.params and node.id not in scope.assigned:
+            if node.id in scope.params and (
+                    node.id not in scope.assigned or node.id in scope.reshaped):
                 return node.id, flipped
             if node.id not in scope.derived:
                 return None
@@ -3714,7 +3796,8 @@ class Linter:
                 node = node.value if isinstance(node, ast.Subscript) else (receiver(node) or node)
             if not isinstance(node, ast.Name):
                 return None
-            if node.id in scope.params and node.id not in scope.assigned:
+            if node.id in scope.params and (
+                    node.id not in scope.assigned or node.id in scope.reshaped):
                 return node.id, False
             if node.id not in scope.derived:
                 return None
@@ -4202,6 +4285,51 @@ def _parts_of(done: _Scope) -> tuple[Value, ...]:
     return tuple(parts) if any(parts) else ()
 
 
+def _reshaped_params(node: ast.AST, params: tuple[str, ...]) -> frozenset[str]:
+    """The parameters a function rebinds (and it does) only as `p = p[...]` or
+    `p = p.unsqueeze(1)` and the like: reshapes of themselves, values unchanged."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not params:
+        return frozenset()
+    rebound: dict[str, bool] = {}
+    for sub in _function_body_nodes(node):
+        targets: list[ast.expr] = []
+        if isinstance(sub, ast.Assign):
+            targets = sub.targets
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor,
+                              ast.NamedExpr)):
+            targets = [sub.target]
+        elif isinstance(sub, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in sub.items if i.optional_vars is not None]
+        for target in targets:
+            for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                if name in params:
+                    rebound[name] = rebound.get(name, True) and isinstance(
+                        sub, ast.Assign) and target is sub.targets[0] and len(
+                        sub.targets) == 1 and isinstance(target, ast.Name) and (
+                        _reshape_root(sub.value) == name)
+    return frozenset(name for name, only in rebound.items() if only)
+
+
+def _reshape_root(node: ast.AST) -> str | None:
+    """The name `m[:, None, :]` or `m.unsqueeze(1).expand(...)` reshapes, if one."""
+    while isinstance(node, ast.Subscript) or (
+            isinstance(node, ast.Call) and call_name(node) in _SHAPE_KEEPING
+            and receiver(node) is not None):
+        node = node.value if isinstance(node, ast.Subscript) else (receiver(node) or node)
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _function_body_nodes(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """Every node of a function's body, not of the functions, lambdas and classes in it."""
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        sub = stack.pop()
+        yield sub
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(sub))
+
+
 def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None:
     """`if x is None: x = value` (nothing else, no else branch): x and the assignment."""
     test = node.test
@@ -4367,6 +4495,15 @@ def _inverted_operand(node: ast.AST) -> ast.AST | None:
     return None
 
 
+def _temperature(node: ast.AST) -> bool:
+    """A number, or a name that says it is a temperature or a scale (`softmax_temp`, `tau`,
+    `self.scale`): what scores are multiplied or divided by before softmax."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return True
+    name = last_name(node)
+    return name is not None and any(w in name.lower() for w in ("temp", "scale", "tau"))
+
+
 def _softmax_names(call: ast.Call) -> list[str]:
     """The names a softmax call is given: `s.softmax(-1)`, `F.softmax(s)`,
     `torch.log_softmax(s, -1)`, and each term of a sum it is given (`softmax(s + bias, -1)`,
@@ -4383,7 +4520,13 @@ def _softmax_names(call: ast.Call) -> list[str]:
 
 def _unshifted(node: ast.AST) -> ast.AST:
     """`s` of `s - s.max()` (also `amax`, `max(...)[0]`, `.values`, `logsumexp`): the scores
-    shifted for a stable softmax (ReChorus' `(scores - scores.max()).softmax(dim=-1)`)."""
+    shifted for a stable softmax (ReChorus' `(scores - scores.max()).softmax(dim=-1)`); and of
+    `temp * s`, `s / temperature`, `s * self.scale`: the scores at a temperature
+    (fast-transformers' `softmax(softmax_temp * QK)`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        for scores, factor in ((node.left, node.right), (node.right, node.left)):
+            if _temperature(factor) and not (isinstance(node.op, ast.Div) and factor is node.left):
+                return scores
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
         right = node.right
         while isinstance(right, ast.Subscript) or (

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from maskcheck.conventions import declares_keep
+from maskcheck.lint.inline import evaluate
 from maskcheck.lint.walk import subnodes
 
 FP16_MAX = 65504.0
@@ -117,6 +118,9 @@ class Value:
     # ... a function whose every return is a tuple of one length: what each position gives
     # (`causal, padding = build_masks(...)`).
     parts: tuple[Any, ...] = ()
+    # ... a helper whose body is `name = ...` lines and one return (`inline.Template`): a call
+    # of it reads as that return of the call's own arguments.
+    inline: Any = None
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
@@ -1014,6 +1018,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if base_node is None:
         if isinstance(call.func, ast.Name):
             function = lookup(call.func.id)
+            if function.inline is not None and (read := _inlined(function, call, lookup)):
+                return read
             if isinstance(function.result, Value):
                 return function.result  # what every return of a function defined above gives
             if function.returns_bool:
@@ -1027,16 +1033,65 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if isinstance(base_node, ast.Name) and base_node.id == "self" and isinstance(
             call.func, ast.Attribute):
         method = lookup("self." + call.func.attr)
+        if method.module is not None and method.inline is None:
+            method = lookup(method.module + ".forward")  # `self.embed(x, m)`: its forward
+        if method.inline is not None and (read := _inlined(method, call, lookup)):
+            return read
         if isinstance(method.result, Value):
             return method.result  # `self.get_alibi_mask(h, n)`: a method of the class above
     if isinstance(base_node, ast.Name):
         helper = lookup(f"{base_node.id}.{name}")  # a static helper of a class of this file
+        if helper.inline is not None and (read := _inlined(helper, call, lookup)):
+            return read
         if isinstance(helper.result, Value):
             return helper.result
         if helper.returns_bool:
             return Value(dtype="bool")
     base = _describe_receiver(base_node, name, lookup)
     return _describe_method(call, name, base, lookup)
+
+
+_inlining = [0]  # how many helper calls deep the current description is
+
+
+def _inlined(helper: Value, call: ast.Call, lookup: Lookup) -> Value:
+    """A call of a small helper of this file, read as its return of the call's arguments
+    (see `inline`); UNKNOWN when it cannot be, or helpers call helpers too deep."""
+    if _inlining[0] >= 3:
+        return UNKNOWN
+    _inlining[0] += 1
+    try:
+        read = evaluate(helper.inline, call, lookup, describe, UNKNOWN)
+    finally:
+        _inlining[0] -= 1
+    if not isinstance(read, Value):
+        return UNKNOWN
+    return _over(read, helper.result)
+
+
+def _over(read: Value, every: Any) -> Value:
+    """What a helper gives at one call: what its own walk found every return gives (`every`,
+    read with the whole linter's knowledge) over what its return of these arguments is."""
+    if not isinstance(every, Value) or not every:
+        return read
+    return Value(**{**read.__dict__, **every.__dict__})
+
+
+def inline_parts(helper: Any, helper_parts: tuple[Any, ...], call: ast.Call, lookup: Lookup,
+                 ) -> tuple[Value, ...]:
+    """What each position of a small helper's tuple return gives at this call (see
+    `inline`); () when it cannot be read or tells nothing."""
+    if _inlining[0] >= 3:
+        return ()
+    _inlining[0] += 1
+    try:
+        read = evaluate(helper, call, lookup, describe, UNKNOWN)
+    finally:
+        _inlining[0] -= 1
+    if not isinstance(read, tuple) or not any(read):
+        return ()
+    every = helper_parts if len(helper_parts) == len(read) else (None,) * len(read)
+    return tuple(_over(r, e) for r, e in zip(read, every, strict=True))
 
 
 # Calls that join or reduce their inputs: their result no longer holds one position.
@@ -1298,6 +1353,14 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name == "zero_":
         # zeroed in place: the receiver's dtype, 0 everywhere (`m.byte().zero_()`)
         return Value(dtype=base.dtype, zeros=True) if base.dtype in {"bool", "int"} else base
+    if base.cached and name in {"movedim", "moveaxis", "permute", "transpose", "swapaxes",
+                                "swapdims"}:
+        return Value(cached=True)  # the cached keys in another layout: still L != S
+    if name in {"new_ones", "new_zeros", "new_empty"}:
+        # `x.new_ones((b, n), dtype=torch.bool)`: the dtype given, else the receiver's
+        return Value(dtype=dtype_of(kwarg(call, "dtype")) or (
+            base.dtype if kwarg(call, "dtype") is None else None),
+                     all_ones=name == "new_ones", zeros=name == "new_zeros")
     if name == "requires_grad_":
         flag = call.args[0] if call.args else kwarg(call, "requires_grad")
         return replace(base, grad=flag is None or not is_zero(flag))

@@ -1,0 +1,345 @@
+"""Real code shapes behind misses of held-out 16, 17 and 18 (bugs written in the house style of
+well-known code bases), fixed in session 13: each bad source next to the findings it must give,
+its correct form next to none, and the torch 2.13 fact each rests on (CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
+
+
+# A small helper is read at its call with the caller's arguments (Hugging Face BERT's
+# get_extended_attention_mask, which casts the 0/1 mask it is given to the model's dtype).
+EXTENDED = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def get_extended_attention_mask(self, attention_mask, dtype):
+        extended = attention_mask[:, None, None, :]
+        extended = extended.to(dtype=dtype)
+        return extended
+
+    def forward(self, scores, attention_mask):
+        extended = self.get_extended_attention_mask(attention_mask, self.dtype)
+        return (scores + extended).softmax(-1)
+'''
+
+
+def test_a_helper_is_read_with_the_callers_arguments(found: Found) -> None:
+    assert found(EXTENDED) == [(13, "MC508")]
+
+
+def test_the_helper_that_makes_the_bias_is_silent(found: Found) -> None:
+    fixed = EXTENDED.replace("        return extended\n", "        return (1.0 - extended) * "
+                             "torch.finfo(dtype).min\n")
+    assert found(fixed) == []
+
+
+def test_a_zero_one_mask_added_to_scores_masks_nothing() -> None:
+    scores = torch.zeros(1, 3)
+    keep = torch.tensor([[1.0, 1.0, 0.0]])
+    assert (scores + keep).softmax(-1)[0, 2] > 0.1  # the padding keeps its weight
+
+
+# ESPnet's subsampling returns `(x, mask[:, :, :-2:2])`: the tuple of a module of the file is
+# read with its arguments, and the bool mask reaches `1 - mask` three calls down.
+SUBSAMPLED = '''import torch
+from torch import nn
+
+
+class Subsampling(nn.Module):
+    def forward(self, x, x_mask):
+        b, t = x.shape[:2]
+        return x, x_mask[:, :, :-2:2]
+
+
+class Attention(nn.Module):
+    def forward(self, scores, mask):
+        mask = (1 - mask.unsqueeze(1)).bool()
+        return scores.masked_fill(mask, -1e4)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = Subsampling()
+        self.att = Attention()
+
+    def forward(self, xs, lengths):
+        masks = (torch.arange(10)[None, :] < lengths[:, None])[:, None, :]
+        xs, masks = self.embed(xs, masks)
+        return self.att(xs, masks)
+'''
+
+
+def test_a_tuple_returned_by_a_module_of_the_file_carries_the_bool_mask(found: Found) -> None:
+    assert found(SUBSAMPLED) == [(13, "MC512")]
+
+
+def test_the_inverted_bool_mask_is_silent(found: Found) -> None:
+    assert found(SUBSAMPLED.replace("(1 - mask.unsqueeze(1)).bool()", "~mask.unsqueeze(1)")) == []
+
+
+def test_bool_subtraction_raises() -> None:
+    with pytest.raises(RuntimeError, match="Subtraction"):
+        _ = 1 - torch.tensor([True, False])
+
+
+# An in-place fill of softmax's own output (ESPnet's forward_attention written with
+# masked_fill_): softmax's backward reads its output, so backward raises.
+SOFTMAX_INPLACE = '''import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, scores, mask):
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1).masked_fill_(mask, 0.0)
+'''
+
+
+def test_an_inplace_fill_of_the_softmax_output_is_found(found: Found) -> None:
+    assert found(SOFTMAX_INPLACE) == [(8, "MC505")]
+
+
+def test_the_out_of_place_fill_is_silent(found: Found) -> None:
+    assert found(SOFTMAX_INPLACE.replace("masked_fill_(mask, 0.0)", "masked_fill(mask, 0.0)")) == []
+
+
+def test_the_inplace_fill_under_no_grad_is_silent(found: Found) -> None:
+    under = SOFTMAX_INPLACE.replace("    def forward", "    @torch.no_grad()\n    def forward")
+    assert found(under) == []
+
+
+def test_softmax_backward_refuses_its_output_filled_in_place() -> None:
+    x = torch.randn(2, 3, requires_grad=True)
+    y = torch.softmax(x, dim=-1).masked_fill_(torch.tensor([[True, False, False]] * 2), 0.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+# OpenNMT's GlobalAttention: `align * mask` goes into softmax through a `.view(...)`.
+VIEWED = '''import torch
+import torch.nn.functional as F
+
+
+def attend(align, lengths, batch, source_l):
+    mask = torch.arange(source_l)[None, :] < lengths[:, None]
+    mask = mask.unsqueeze(1)
+    align = align * mask
+    return F.softmax(align.view(batch, source_l), -1)
+'''
+
+
+def test_a_product_reshaped_into_softmax_is_found(found: Found) -> None:
+    assert found(VIEWED) == [(8, "MC520")]
+
+
+def test_the_filled_logits_reshaped_into_softmax_are_silent(found: Found) -> None:
+    assert found(VIEWED.replace("align * mask", "align.masked_fill(~mask, float('-inf'))")) == []
+
+
+# sentence-transformers: the file's own tokenize builds `attention_mask` as int64 and a module
+# inverts it with `~` on the way to `src_key_padding_mask`.
+FEATURES = '''import torch
+from torch import nn
+
+
+def tokenize(ids, max_len):
+    mask = torch.tensor([[1] * len(x) + [0] * (max_len - len(x)) for x in ids], dtype=torch.long)
+    return {"attention_mask": mask}
+
+
+class Context(nn.Module):
+    def forward(self, features):
+        return ~features["attention_mask"]
+'''
+
+
+def test_inverting_the_int64_mask_of_the_files_own_batch_is_found(found: Found) -> None:
+    assert found(FEATURES) == [(12, "MC518")]
+
+
+def test_comparing_it_with_zero_is_silent(found: Found) -> None:
+    assert found(FEATURES.replace('~features["attention_mask"]',
+                                  'features["attention_mask"] == 0')) == []
+
+
+def test_bitwise_not_of_an_int_mask_is_all_true() -> None:
+    assert bool((~torch.tensor([1, 0])).bool().all())
+
+
+# timm: `self.norm1, self.attn = nn.LayerNorm(d), Attention(d)` (one line binds both), and an
+# Attention that hands the mask to SDPA on its fused path and adds it on the eager one.
+TIMM = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fused_attn = False
+
+    def forward(self, q, attn_mask=None):
+        if self.fused_attn:
+            return F.scaled_dot_product_attention(q, q, q, attn_mask=attn_mask)
+        attn = q @ q.transpose(-2, -1)
+        if attn_mask is not None:
+            attn = attn + attn_mask
+        return attn.softmax(dim=-1) @ q
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm1, self.attn = nn.LayerNorm(dim), Attention()
+
+    def forward(self, x, attn_mask=None):
+        return x + self.attn(self.norm1(x), attn_mask=attn_mask)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(8) for _ in range(2)])
+
+    def forward(self, x, patch_valid):
+        patch_valid = patch_valid.bool()
+        attn_mask = patch_valid.new_ones((2, 1), dtype=torch.bool)
+        attn_mask = torch.cat([attn_mask, patch_valid], dim=1)[:, None, None, :]
+        for blk in self.blocks:
+            x = blk(x, attn_mask=attn_mask)
+        return x
+'''
+
+
+def test_a_bool_mask_added_on_the_eager_path_is_found_where_it_is_added(found: Found) -> None:
+    assert found(TIMM) == [(16, "MC509")]
+
+
+def test_the_additive_mask_is_silent(found: Found) -> None:
+    fixed = TIMM.replace("[:, None, None, :]\n", "[:, None, None, :]\n        attn_mask = "
+                         "torch.zeros(attn_mask.shape).masked_fill(~attn_mask, float('-inf'))\n")
+    assert found(fixed) == []
+
+
+def test_a_bool_mask_added_to_scores_adds_one() -> None:
+    scores = torch.zeros(1, 2)
+    assert torch.equal(scores + torch.tensor([[True, False]]), torch.tensor([[1.0, 0.0]]))
+
+
+# vLLM's SDPA backend: keys gathered from the paged cache and moved to heads-first layout keep
+# the cached positions (L != S on a prefill with cached context).
+PAGED = '''import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+
+def gather(cache, table, n):
+    return cache[table].flatten(0, 1)[:n]
+
+
+def attend(q, kv_cache, table, n):
+    key_cache, value_cache = kv_cache
+    k = gather(key_cache, table, n).movedim(0, 1)
+    v = gather(value_cache, table, n).movedim(0, 1)
+    return scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)
+'''
+
+
+def test_keys_gathered_from_a_cache_and_moved_are_cached(found: Found) -> None:
+    assert found(PAGED) == [(13, "MC510")]
+
+
+def test_the_fresh_keys_are_silent(found: Found) -> None:
+    fresh = PAGED.replace("gather(key_cache, table, n)", "q").replace(
+        "gather(value_cache, table, n)", "q")
+    assert found(fresh) == []
+
+
+# x-transformers' Attend: `mask = mask[:, None, None, :]` rebinds the parameter to a reshape of
+# itself, which is still the caller's keep-mask when it becomes the fill condition.
+RESHAPED = '''import torch
+from torch import nn
+
+
+class Attend(nn.Module):
+    def forward(self, sim, mask=None):
+        if mask is not None:
+            mask = mask[:, None, None, :]
+            sim = sim.masked_fill(mask, -torch.finfo(sim.dtype).max)
+        return sim.softmax(dim=-1)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attend = Attend()
+
+    def forward(self, sim, tokens):
+        keep = tokens != 0
+        return self.attend(sim, mask=keep)
+'''
+
+
+def test_a_parameter_reshaped_in_place_keeps_its_role(found: Found) -> None:
+    assert found(RESHAPED) == [(20, "MC519")]  # at the call that hands the keep-mask in
+
+
+def test_the_inverted_fill_condition_is_silent(found: Found) -> None:
+    assert found(RESHAPED.replace("sim.masked_fill(mask,", "sim.masked_fill(~mask,")) == []
+
+
+def test_a_parameter_rebound_to_other_values_is_not_the_callers(found: Found) -> None:
+    rebound = RESHAPED.replace("mask = mask[:, None, None, :]", "mask = mask[:, None, None, :] == 0")
+    assert found(rebound) == []
+
+
+# The argument is named like a local of the helper: it is read in the caller's scope.
+COLLIDING = '''import torch
+
+
+def as_mask(m):
+    x = m.float()
+    return x
+
+
+def attend(scores, lengths):
+    x = torch.arange(4)[None, :] < lengths[:, None]
+    return (scores + as_mask(x)).softmax(-1)
+'''
+
+
+def test_an_argument_named_like_a_local_of_the_helper_is_the_callers(found: Found) -> None:
+    assert found(COLLIDING) == [(11, "MC508")]
+
+
+def test_the_helper_that_returns_a_bias_of_it_is_silent(found: Found) -> None:
+    assert found(COLLIDING.replace("    return x\n", "    return (1.0 - x) * -10000.0\n")) == []
+
+
+def test_an_inplace_fill_of_an_output_used_only_detached_is_silent(found: Found) -> None:
+    detached = '''import torch
+from torch import nn
+
+
+class Guide(nn.Module):
+    def forward(self, lprobs, lprobs_teacher, pad):
+        probs_teacher = lprobs_teacher.exp().masked_fill_(pad, 0)
+        probs_teacher = probs_teacher.detach()
+        return -(probs_teacher * lprobs).sum()
+'''
+    assert found(detached) == []
+
+
+def test_backward_never_reads_a_detached_output_filled_in_place() -> None:
+    x = torch.randn(4, 3, requires_grad=True)
+    lprobs = torch.log_softmax(x, -1)
+    teacher = lprobs.exp().masked_fill_(torch.tensor([[True, False, False]] * 4), 0).detach()
+    (-(teacher * lprobs).sum()).backward()  # no error: exp's saved output is off the graph
+    assert x.grad is not None
