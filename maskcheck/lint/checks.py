@@ -170,7 +170,8 @@ class _Scope:
     params: tuple[str, ...] = ()  # function scopes: positional parameters, in order
     # function scopes: parameters rebound only to a reshape of themselves (`mask =
     # mask[:, None, None, :]`): still what the caller passed, laid out for the scores
-    reshaped: frozenset[str] = frozenset()
+    # (computed on first need, see `Linter._reshaped`)
+    reshaped: frozenset[str] | None = None
     # function scopes: parameters whose default is a masking value (`fill=-1e10`)
     masking_defaults: dict[str, float] = field(default_factory=dict)
     method: bool = False  # a function defined in a class body that takes self (or cls) first
@@ -1231,8 +1232,7 @@ class Linter:
         params = tuple(a.arg for a in [*node.args.posonlyargs, *node.args.args])
         scope = _Scope("function", name=name, no_grad=no_grad, kernel=kernel, params=params,
                        method=self.scope.kind == "class" and not _is_static(node),
-                       in_class=self.scope.kind == "class", node=node,
-                       reshaped=_reshaped_params(node, params))
+                       in_class=self.scope.kind == "class", node=node)
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -3775,12 +3775,21 @@ class Linter:
             node, inverted = found
             flipped ^= inverted
             if node.id in scope.params and (
-                    node.id not in scope.assigned or node.id in scope.reshaped):
+                    node.id not in scope.assigned or node.id in self._reshaped(scope)):
                 return node.id, flipped
             if node.id not in scope.derived:
                 return None
             node = scope.derived[node.id]
         return None
+
+    @staticmethod
+    def _reshaped(scope: _Scope) -> frozenset[str]:
+        """The function's parameters rebound only to reshapes of themselves (`_Scope.reshaped`),
+        read from its body the first time a rebound parameter's role is asked for."""
+        if scope.reshaped is None:
+            scope.reshaped = _reshaped_params(scope.node, scope.params) if scope.node else (
+                frozenset())
+        return scope.reshaped
 
     def _raw_parameter(self, node: ast.AST) -> tuple[str, bool] | None:
         """The parameter of this function (not rebound) that `node` is with its values as the
@@ -3797,7 +3806,7 @@ class Linter:
             if not isinstance(node, ast.Name):
                 return None
             if node.id in scope.params and (
-                    node.id not in scope.assigned or node.id in scope.reshaped):
+                    node.id not in scope.assigned or node.id in self._reshaped(scope)):
                 return node.id, False
             if node.id not in scope.derived:
                 return None
