@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -1609,7 +1610,8 @@ class Linter:
                     self.bind(f"{done.name}.{key}", Value(result=held, prop=True))
         if done.kind == "class" and done.name and (
                 forward := done.values.get("self.forward")) and forward.inline is not None:
-            self.bind(f"{done.name}.forward", Value(inline=forward.inline))  # `self.embed(x)`
+            self.bind(f"{done.name}.forward", Value(inline=dataclasses.replace(
+                forward.inline, foreign=True)))  # `self.embed(x)` of another class
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}

@@ -37,6 +37,9 @@ class Template:
     defaults: tuple[tuple[str, ast.expr], ...]
     steps: tuple[tuple[str, ast.expr | None], ...]
     expr: ast.expr
+    # The forward of another class, called on an instance held as `self.embed`: its `self.X`
+    # are that instance's, which the caller's scope does not hold.
+    foreign: bool = False
 
 
 def template(node: ast.FunctionDef | ast.AsyncFunctionDef, *, method: bool) -> Template | None:
@@ -122,8 +125,8 @@ def evaluate(helper: Template, call: ast.Call, lookup: Callable[[str], _V],
     def read(name: str) -> _V:
         if name in local:
             return local[name]
-        if name in own:
-            return unknown  # a local name read before its line
+        if name in own or (helper.foreign and name.startswith("self.")):
+            return unknown  # a local name read before its line; another instance's attribute
         return lookup(name)
 
     for name, expr in helper.steps:
