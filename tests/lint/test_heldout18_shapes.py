@@ -343,3 +343,28 @@ def test_backward_never_reads_a_detached_output_filled_in_place() -> None:
     teacher = lprobs.exp().masked_fill_(torch.tensor([[True, False, False]] * 4), 0).detach()
     (-(teacher * lprobs).sum()).backward()  # no error: exp's saved output is off the graph
     assert x.grad is not None
+
+
+# fast-transformers' exact top-k attention: the scores plus a 0/-inf top-k mask, then a
+# temperature: the masked scores scaled, not a mask multiplied in.
+TOPK = '''import torch
+
+
+def attend(queries, keys, values, softmax_temp, topk):
+    QK = torch.einsum("nlhe,nshe->nhls", queries, keys)
+    _, idx = torch.topk(QK, topk, dim=-1)
+    mask = QK.new_ones(QK.shape) * float("-inf")
+    mask.scatter_(-1, idx, 0.0)
+    QK = QK + mask
+    A = torch.softmax(softmax_temp * QK, dim=-1)
+    return torch.einsum("nhls,nshd->nlhd", A, values)
+'''
+
+
+def test_scores_at_a_temperature_are_not_a_mask_multiplied_in(found: Found) -> None:
+    assert found(TOPK) == []
+
+
+def test_a_positive_temperature_keeps_minus_inf_masked() -> None:
+    qk = torch.tensor([[0.5, float("-inf")]])
+    assert torch.softmax(0.125 * qk, dim=-1)[0, 1] == 0
