@@ -1938,6 +1938,8 @@ class Linter:
             return
         if self._expects_an_error(call):
             return  # `with pytest.raises(RuntimeError): dst.masked_scatter(...)`: run to raise
+        if name == "masked_fill" and self._fills_the_kept(call):
+            return
         base = receiver(call)
         if is_module_call(call):
             if base is None or (module_dotted(base) or "").split(".")[0] != "torch":
@@ -1957,6 +1959,23 @@ class Linter:
         how = f" (`{target} = {fixed.format(target)}`)" if target else ""
         self.report("MC525", call, f"{shown} returns a new tensor and this statement throws it "
                     f"away: {what}; assign the result{how}")
+
+    def _fills_the_kept(self, call: ast.Call) -> bool:
+        """`probs.masked_fill(m, 0)` thrown away in a function that already filled with `~m`
+        (transformers 4.x DeBERTa: `scores.masked_fill(~(mask), min)`, softmax, then this): the
+        mask is applied, and this dead line would fill the kept positions if it were assigned."""
+        condition = argument(call, 0, "mask")
+        node = self.scope.node
+        if not isinstance(condition, ast.Name) or node is None:
+            return False
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and sub is not call and call_name(sub) in {
+                    "masked_fill", "masked_fill_"} and sub.lineno < call.lineno:
+                other = argument(sub, 0, "mask")
+                if isinstance(other, ast.UnaryOp) and isinstance(other.op, ast.Invert) and (
+                        isinstance(other.operand, ast.Name)) and other.operand.id == condition.id:
+                    return True
+        return False
 
     def _assign(self, node: ast.Assign) -> None:
         if isinstance(node.value, ast.Dict):

@@ -368,3 +368,29 @@ def test_scores_at_a_temperature_are_not_a_mask_multiplied_in(found: Found) -> N
 def test_a_positive_temperature_keeps_minus_inf_masked() -> None:
     qk = torch.tensor([[0.5, float("-inf")]])
     assert torch.softmax(0.125 * qk, dim=-1)[0, 1] == 0
+
+
+# adapters' copy of transformers 4.x DeBERTa: the scores are filled where `~mask`, and a
+# leftover `probs.masked_fill(mask, 0)` is thrown away. The mask is applied; the dead line would
+# zero the kept weights if it were assigned, so "assign the result" would be wrong advice.
+DEBERTA = '''import torch
+
+
+def attend(scores, attention_mask):
+    attention_mask = attention_mask.bool()
+    scores = scores.masked_fill(~(attention_mask), torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1)
+    probs.masked_fill(attention_mask, 0)
+    return probs
+'''
+
+
+def test_a_dropped_fill_of_the_kept_positions_after_the_mask_is_applied_is_silent(
+        found: Found) -> None:
+    assert found(DEBERTA) == []
+
+
+def test_a_dropped_fill_of_the_masked_positions_is_found(found: Found) -> None:
+    dropped = DEBERTA.replace("    scores = scores.masked_fill(~(attention_mask), "
+                              "torch.finfo(scores.dtype).min)\n", "")
+    assert found(dropped) == [(7, "MC525")]
