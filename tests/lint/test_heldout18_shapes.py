@@ -296,7 +296,8 @@ def test_the_inverted_fill_condition_is_silent(found: Found) -> None:
 
 
 def test_a_parameter_rebound_to_other_values_is_not_the_callers(found: Found) -> None:
-    rebound = RESHAPED.replace("mask = mask[:, None, None, :]", "mask = mask[:, None, None, :] == 0")
+    rebound = RESHAPED.replace("mask = mask[:, None, None, :]",
+                               "mask = mask[:, None, None, :] == 0")
     assert found(rebound) == []
 
 
