@@ -3543,19 +3543,25 @@ class Linter:
 
     # --- MC505 ---
 
-    def _detached(self, name: str) -> bool:
-        """The function reads `name` only detached somewhere (`p = p.detach()`, `p.detach_()`,
-        `p.data`): what autograd saves is then off the graph, and backward never reads it
-        (fairseq's teacher probabilities `lprobs_t.exp().masked_fill_(pad, 0).detach()`)."""
+    def _detached(self, name: str, after: ast.AST) -> bool:
+        """The first read of `name` after `after` (the in-place fill) is `name.detach()`: what
+        autograd saved is then off the graph from there on, and backward never reads it
+        (fairseq's teacher probabilities `p = lprobs_t.exp().masked_fill_(pad, 0)`, then
+        `p = p.detach()`). Another read first (`attn = self.dropout(attn)`) keeps it on."""
         node = self.scope.node
         if node is None:
             return False
+        here = (getattr(after, "end_lineno", 0) or 0, getattr(after, "end_col_offset", 0) or 0)
+        first: tuple[tuple[int, int], ast.Name] | None = None
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and call_name(sub) in {"detach", "detach_"}:
-                base = receiver(sub)
-                if isinstance(base, ast.Name) and base.id == name:
-                    return True
-        return False
+            if isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Load):
+                at = (sub.lineno, sub.col_offset)
+                if at > here and (first is None or at < first[0]):
+                    first = (at, sub)
+        if first is None:
+            return False
+        parent = self._parents().get(id(first[1])) if self._tree is not None else None
+        return isinstance(parent, ast.Attribute) and parent.attr in {"detach", "detach_"}
 
     def _fill_detached(self, call: ast.Call) -> bool:
         """`x.exp().masked_fill_(m, 0).detach()`, or `p = x.exp().masked_fill_(m, 0)` with `p`
@@ -3566,7 +3572,7 @@ class Linter:
         if isinstance(parent, ast.Attribute) and parent.attr in {"detach", "detach_", "data"}:
             return True
         return isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
-            parent.targets[0], ast.Name) and self._detached(parent.targets[0].id)
+            parent.targets[0], ast.Name) and self._detached(parent.targets[0].id, call)
 
     def _inplace_fill(self, call: ast.Call) -> None:
         base = receiver(call)
@@ -3591,7 +3597,7 @@ class Linter:
                         "in-place fill breaks autograd; use masked_fill")
         elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
                 bound, self.lookup) in _SAVES_OUTPUT and self._on_grad_path() and not (
-                self._detached(base.id)):
+                self._detached(base.id, call)):
             # softmax's backward reads its own output: overwriting it in place makes
             # backward raise (checked on torch 2.13)
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "

@@ -395,3 +395,19 @@ def test_a_dropped_fill_of_the_masked_positions_is_found(found: Found) -> None:
     dropped = DEBERTA.replace("    scores = scores.masked_fill(~(attention_mask), "
                               "torch.finfo(scores.dtype).min)\n", "")
     assert found(dropped) == [(7, "MC525")]
+
+
+def test_an_inplace_fill_of_an_output_used_before_it_is_detached_is_found(found: Found) -> None:
+    kept = '''import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, scores, mask, value):
+        attn = torch.softmax(scores, dim=-1)
+        attn.masked_fill_(mask == 0, 0.0)
+        attn = self.dropout(attn)
+        self.attn = attn.detach()
+        return attn @ value
+'''
+    assert found(kept) == [(8, "MC505")]
