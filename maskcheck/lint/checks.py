@@ -740,8 +740,8 @@ class Linter:
         self.fp32_only = self.test_module and _HALF_WORDS.search(source) is None
         # If/else joins (see `_enter_if`): the body's last assignment of a name -> the name,
         # and the value it left.
-        self._branch_marks: dict[int, str] = {}
-        self._branch_values: dict[int, Value] = {}
+        self._branch_marks: dict[int, list[str]] = {}
+        self._branch_values: dict[tuple[int, str], Value] = {}
         self._joins: dict[int, dict[str, ast.Assign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
@@ -1162,7 +1162,7 @@ class Linter:
         joined = _body_assignments(node)
         if joined:
             for name, stmt in joined.items():
-                self._branch_marks[id(stmt)] = name
+                self._branch_marks.setdefault(id(stmt), []).append(name)
             self._joins[id(node)] = joined
             stack.append((_Exit("join", node), None))
         # The children are pushed here, not by the walk (`_FIELDS_CACHE[ast.If]` is empty), so
@@ -1681,7 +1681,7 @@ class Linter:
         assert isinstance(node, ast.If)
         for name, stmt in self._joins.pop(id(node)).items():
             self._branch_marks.pop(id(stmt), None)
-            body = self._branch_values.pop(id(stmt), UNKNOWN)
+            body = self._branch_values.pop((id(stmt), name), UNKNOWN)
             self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
 
     def _bind_statement(self, node: ast.AST | None) -> None:
@@ -1698,9 +1698,8 @@ class Linter:
                 return
         if isinstance(node, ast.Assign):
             self._assign(node)
-            marked = self._branch_marks.get(id(node))
-            if marked is not None:
-                self._branch_values[id(node)] = self.scope.values.get(marked, UNKNOWN)
+            for marked in self._branch_marks.get(id(node), ()):
+                self._branch_values[(id(node), marked)] = self.scope.values.get(marked, UNKNOWN)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)  # `CONFIG: Config = {"mask_value": -1e9}`
@@ -5014,6 +5013,10 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
                     last[target.id] = stmt
+                elif isinstance(target, ast.Tuple):  # `keys, values = self.cache_k, ...`
+                    for element in target.elts:
+                        if isinstance(element, ast.Name):
+                            last[element.id] = stmt
     # A name the else branch leaves alone keeps the body's value, so joining it changes
     # nothing: no need to find out which names the else branch binds.
     if last:  # a later body statement that binds the name again leaves another value
@@ -5032,6 +5035,10 @@ def _join(a: Value, b: Value) -> Value:
         return a
     shared = Value(**{f.name: getattr(a, f.name) for f in fields(Value)
                       if getattr(a, f.name) == getattr(b, f.name)})
+    if a.cached or b.cached:
+        # keys that hold the cache on one path (`if use_cache: keys = torch.cat([self.cache_k,
+        # k])`): a literal is_causal=True after the join is wrong on that path (MC510)
+        shared = replace(shared, cached=True)
     return replace(shared, maybe_half=True) if a.maybe_half or b.maybe_half else shared
 
 

@@ -657,7 +657,9 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
 
 
 def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
-    base = describe(node.value, lookup)
+    # `(lengths <= t)[:, None]`: a Python bool cannot be indexed, so the comparison is a tensor's
+    base = _describe_compare(node.value, lookup, elementwise=True) if isinstance(
+        node.value, ast.Compare) else describe(node.value, lookup)
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True)
@@ -954,7 +956,10 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             left.dtype in {"bool", None} and right.dtype in {"bool", None}):
         return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
-            left.dtype == "bool" and right.dtype == "bool"):
+            (left.dtype == "bool" and (right.dtype == "bool" or _a_comparison(node.right)))
+            or (right.dtype == "bool" and _a_comparison(node.left))):
+        # `available | (lengths <= t)[:, None]`: a comparison gives a bool (tensor or Python),
+        # and a bool tensor OR-ed with either stays bool
         return Value(dtype="bool")
     dtype = left.dtype if left.dtype in FLOAT_DTYPES else None
     if dtype is None and number(node.left, lookup) is not None and isinstance(
@@ -965,6 +970,23 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.maybe_half and number(node.left, lookup) is not None)):
         return Value(maybe_half=True)  # `1.0 - m` keeps m's dtype, whichever it is
     return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _a_comparison(node: ast.AST) -> bool:
+    """`a <= b`, `x.eq(y)`, through indexing and reshapes: a bool, as a tensor or a Python
+    value (never an integer)."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in {"unsqueeze", "view", "reshape", "expand", "expand_as"}):
+            node = node.func.value
+        else:
+            break
+    if isinstance(node, ast.Compare):
+        return not any(isinstance(op, (ast.In, ast.NotIn, ast.Is, ast.IsNot)) for op in node.ops)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+        node.func.attr in _COMPARE_METHODS)
 
 
 def one_minus(node: ast.AST) -> bool:
@@ -1356,6 +1378,11 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if base.cached and name in {"movedim", "moveaxis", "permute", "transpose", "swapaxes",
                                 "swapdims"}:
         return Value(cached=True)  # the cached keys in another layout: still L != S
+    if base.dtype == "bool" and name in {"scatter", "scatter_", "index_fill", "index_fill_",
+                                         "index_put", "index_put_", "masked_scatter"}:
+        # `available.scatter(1, idx, False)`: written into, still a bool tensor (its receiver's
+        # dtype, whatever value is written)
+        return Value(dtype="bool")
     if name in {"new_ones", "new_zeros", "new_empty"}:
         # `x.new_ones((b, n), dtype=torch.bool)`: the dtype given, else the receiver's
         return Value(dtype=dtype_of(kwarg(call, "dtype")) or (

@@ -1,6 +1,7 @@
-"""Real code shapes behind misses of held-out 16, 17 and 18 (bugs written in the house style of
-well-known code bases), fixed in session 13: each bad source next to the findings it must give,
-its correct form next to none, and the torch 2.13 fact each rests on (CPU)."""
+"""Real code shapes behind misses of held-out 16 to 19 (bugs written in the house style of
+well-known code bases, and in widely copied teaching code), fixed in session 13: each bad source
+next to the findings it must give, its correct form next to none, and the torch 2.13 fact each
+rests on (CPU)."""
 
 from __future__ import annotations
 
@@ -411,3 +412,72 @@ class Attention(nn.Module):
         return attn @ value
 '''
     assert found(kept) == [(8, "MC505")]
+
+
+# Held-out 19, a pointer-network homework: the still-available mask is a bool tensor written
+# with `scatter`, OR-ed with a comparison, and inverted with `1 - allowed`.
+POINTER = '''import torch
+
+
+def decode(logits, lengths, n, idx):
+    real = torch.arange(n)[None, :] < lengths[:, None]
+    available = real.clone()
+    for t in range(n):
+        done = (lengths <= t)[:, None]
+        allowed = available | done
+        logits = logits.masked_fill(1 - allowed, float("-inf"))
+        available = available.scatter(1, idx.unsqueeze(1), False)
+    return logits
+'''
+
+
+def test_a_bool_mask_written_with_scatter_and_or_ed_with_a_comparison_stays_bool(
+        found: Found) -> None:
+    assert found(POINTER) == [(10, "MC512")]
+
+
+def test_its_inversion_with_tilde_is_silent(found: Found) -> None:
+    assert found(POINTER.replace("1 - allowed", "~allowed")) == []
+
+
+def test_scatter_into_a_bool_tensor_keeps_it_bool() -> None:
+    available = torch.ones(2, 3, dtype=torch.bool).scatter(1, torch.tensor([[0], [2]]), False)
+    assert available.dtype == torch.bool
+    assert (available | (torch.tensor([1, 5]) <= 2)[:, None]).dtype == torch.bool
+
+
+# Held-out 19, LLMs-from-scratch's KV cache moved onto SDPA: the keys hold the cache on the
+# `use_cache` path only, and is_causal=True is passed on both.
+CACHE_BRANCH = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+
+    def forward(self, queries, keys_new, values_new, use_cache=False):
+        if use_cache:
+            if self.cache_k is None:
+                self.cache_k, self.cache_v = keys_new, values_new
+            else:
+                self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)
+                self.cache_v = torch.cat([self.cache_v, values_new], dim=2)
+            keys, values = self.cache_k, self.cache_v
+        else:
+            keys, values = keys_new, values_new
+        return F.scaled_dot_product_attention(queries, keys, values, is_causal=True)
+'''
+
+
+def test_keys_that_hold_the_cache_on_one_branch_meet_is_causal(found: Found) -> None:
+    assert found(CACHE_BRANCH) == [(22, "MC510")]
+
+
+def test_keys_that_never_hold_the_cache_are_silent(found: Found) -> None:
+    fresh = CACHE_BRANCH.replace("            keys, values = self.cache_k, self.cache_v\n",
+                                 "            keys, values = keys_new, values_new\n")
+    assert found(fresh) == []
