@@ -668,7 +668,7 @@ class _Checkpoint(NamedTuple):
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
             "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
-_SHARED = ("_tree", "_local_defs", "_own_functions", "_clamps_to_min", "_lines", "_shown",
+_SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min", "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half")
 _CONTAINERS = (dict, set, list)
@@ -767,6 +767,7 @@ class Linter:
         self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
+        self._local_classes: set[str] = set()  # the classes among them
         # Names of the functions of this file (no import binds them): a bare call of one is
         # that function, not the torch API of the same name (TinyTorch's own
         # `scaled_dot_product_attention(Q, K, V, mask)` takes a 1/0 keep mask).
@@ -949,7 +950,7 @@ class Linter:
 
     def _prepare(self, tree: ast.AST) -> None:
         self._tree = tree
-        self._local_defs = _defined_names(tree)
+        self._local_defs, self._local_classes = _defined_names(tree)
         self._own_functions = _own_function_names(tree) if (
             "def scaled_dot_product_attention" in self.source) else set()
         # Result-identical text test: a base or decorator `_record_classes` accepts is spelled,
@@ -2001,7 +2002,7 @@ class Linter:
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
-                value.func.id in self._local_defs) and not facts.module:
+                value.func.id in self._local_classes) and not facts.module:
             facts = replace(facts, module=value.func.id)  # an instance of a class of this file
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
@@ -4417,17 +4418,20 @@ def _result_of(scope: _Scope) -> Value | None:
     return joined
 
 
-def _defined_names(tree: ast.AST) -> set[str]:
-    """The names of every function and class the module defines, at any depth. A definition is
-    a statement, so only statement lists are searched, not expressions (the same set as
-    `ast.walk` finds, for a fraction of the nodes)."""
+def _defined_names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The names of every function and class the module defines, at any depth, and of the
+    classes among them. A definition is a statement, so only statement lists are searched, not
+    expressions (the same set as `ast.walk` finds, for a fraction of the nodes)."""
     names: set[str] = set()
+    classes: set[str] = set()
     pending: list[ast.AST] = [tree]
     blocks_of = _BLOCK_FIELDS
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                classes.add(node.name)
         kind = type(node)
         blocks = blocks_of.get(kind)
         if blocks is None:
@@ -4437,7 +4441,7 @@ def _defined_names(tree: ast.AST) -> set[str]:
             block = getattr(node, block_name, None)
             if isinstance(block, list):
                 pending.extend(block)
-    return names
+    return names, classes
 
 
 _BLOCK_NAMES = ("body", "orelse", "finalbody", "handlers", "cases")

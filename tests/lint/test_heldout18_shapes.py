@@ -481,3 +481,34 @@ def test_keys_that_never_hold_the_cache_are_silent(found: Found) -> None:
     fresh = CACHE_BRANCH.replace("            keys, values = self.cache_k, self.cache_v\n",
                                  "            keys, values = keys_new, values_new\n")
     assert found(fresh) == []
+
+
+# Held-out 20, ColBERT: `d = tokenize(passages)` is what a function returns (a dict whose
+# "attention_mask" field the function builds as a 1 = real token int mask), not an instance
+# of a class of the file; MaxSim then fills where that keep-mask is True.
+COLBERT = '''import torch
+
+
+def tokenize(ids):
+    input_ids = torch.tensor(ids)
+    return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long()}
+
+
+def maxsim(sim, d_attention_mask):
+    sim = sim.masked_fill(d_attention_mask[:, None, :].bool(), float("-inf"))
+    return sim.max(dim=-1).values
+
+
+def score(sim, passages):
+    d = tokenize(passages)
+    return maxsim(sim, d["attention_mask"])
+'''
+
+
+def test_a_dict_field_of_a_functions_return_reaches_its_helper(found: Found) -> None:
+    assert found(COLBERT) == [(10, "MC519")]
+
+
+def test_the_padding_as_the_fill_condition_is_silent(found: Found) -> None:
+    assert found(COLBERT.replace("d_attention_mask[:, None, :].bool()",
+                                 "d_attention_mask[:, None, :] == 0")) == []
