@@ -668,7 +668,8 @@ class _Checkpoint(NamedTuple):
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
             "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
-_SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min", "_lines", "_shown",
+_SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
+           "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half")
 _CONTAINERS = (dict, set, list)
