@@ -979,7 +979,7 @@ def _a_comparison(node: ast.AST) -> bool:
         if isinstance(node, ast.Subscript):
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                node.func.attr in {"unsqueeze", "view", "reshape", "expand", "expand_as"}):
+                node.func.attr in _KEEPS_VALUES):
             node = node.func.value
         else:
             break
@@ -1076,19 +1076,23 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
 _inlining = [0]  # how many helper calls deep the current description is
 
 
-def _inlined(helper: Value, call: ast.Call, lookup: Lookup) -> Value:
-    """A call of a small helper of this file, read as its return of the call's arguments
-    (see `inline`); UNKNOWN when it cannot be, or helpers call helpers too deep."""
+def _evaluate(template: Any, call: ast.Call, lookup: Lookup) -> Value | tuple[Value, ...] | None:
+    """`inline.evaluate` of a helper at this call, None past three helpers deep (a helper
+    that calls itself, or helpers calling helpers)."""
     if _inlining[0] >= 3:
-        return UNKNOWN
+        return None
     _inlining[0] += 1
     try:
-        read = evaluate(helper.inline, call, lookup, describe, UNKNOWN)
+        return evaluate(template, call, lookup, describe, UNKNOWN)
     finally:
         _inlining[0] -= 1
-    if not isinstance(read, Value):
-        return UNKNOWN
-    return _over(read, helper.result)
+
+
+def _inlined(helper: Value, call: ast.Call, lookup: Lookup) -> Value:
+    """A call of a small helper of this file, read as its return of the call's arguments
+    (see `inline`); UNKNOWN when it cannot be."""
+    read = _evaluate(helper.inline, call, lookup)
+    return _over(read, helper.result) if isinstance(read, Value) else UNKNOWN
 
 
 def _over(read: Value, every: Any) -> Value:
@@ -1103,13 +1107,7 @@ def inline_parts(helper: Any, helper_parts: tuple[Any, ...], call: ast.Call, loo
                  ) -> tuple[Value, ...]:
     """What each position of a small helper's tuple return gives at this call (see
     `inline`); () when it cannot be read or tells nothing."""
-    if _inlining[0] >= 3:
-        return ()
-    _inlining[0] += 1
-    try:
-        read = evaluate(helper, call, lookup, describe, UNKNOWN)
-    finally:
-        _inlining[0] -= 1
+    read = _evaluate(helper, call, lookup)
     if not isinstance(read, tuple) or not any(read):
         return ()
     every = helper_parts if len(helper_parts) == len(read) else (None,) * len(read)
