@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -1612,7 +1611,7 @@ class Linter:
                     self.bind(f"{done.name}.{key}", Value(result=held, prop=True))
         if done.kind == "class" and done.name and (
                 forward := done.values.get("self.forward")) and forward.inline is not None:
-            self.bind(f"{done.name}.forward", Value(inline=dataclasses.replace(
+            self.bind(f"{done.name}.forward", Value(inline=replace(
                 forward.inline, foreign=True)))  # `self.embed(x)` of another class
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
@@ -3827,18 +3826,15 @@ class Linter:
         if scope.kind != "function" or not scope.name:
             return None
         for _ in range(8):
-            while isinstance(node, ast.Subscript) or (
-                    isinstance(node, ast.Call) and call_name(node) in _SHAPE_KEEPING
-                    and receiver(node) is not None):
-                node = node.value if isinstance(node, ast.Subscript) else (receiver(node) or node)
-            if not isinstance(node, ast.Name):
+            name = _reshape_root(node)
+            if name is None:
                 return None
-            if node.id in scope.params and (
-                    node.id not in scope.assigned or node.id in self._reshaped(scope)):
-                return node.id, False
-            if node.id not in scope.derived:
+            if name in scope.params and (
+                    name not in scope.assigned or name in self._reshaped(scope)):
+                return name, False
+            if name not in scope.derived:
                 return None
-            node = scope.derived[node.id]
+            node = scope.derived[name]
         return None
 
     def _parameter_or_name(self, node: ast.AST, follow: bool) -> tuple[ast.Name, bool] | None:
@@ -4329,14 +4325,7 @@ def _reshaped_params(node: ast.AST, params: tuple[str, ...]) -> frozenset[str]:
         return frozenset()
     rebound: dict[str, bool] = {}
     for sub in _function_body_nodes(node):
-        targets: list[ast.expr] = []
-        if isinstance(sub, ast.Assign):
-            targets = sub.targets
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor,
-                              ast.NamedExpr)):
-            targets = [sub.target]
-        elif isinstance(sub, (ast.With, ast.AsyncWith)):
-            targets = [i.optional_vars for i in sub.items if i.optional_vars is not None]
+        targets = [sub.target] if isinstance(sub, ast.NamedExpr) else _binding_targets(sub)
         for target in targets:
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                 if name in params:
@@ -4540,8 +4529,8 @@ def _temperature(node: ast.AST) -> bool:
     `self.scale`): what scores are multiplied or divided by before softmax."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return True
-    name = last_name(node)
-    return name is not None and any(w in name.lower() for w in ("temp", "scale", "tau"))
+    name = (last_name(node) or "").lower()
+    return any(w in name for w in ("temp", "scale", "tau")) and "mask" not in name
 
 
 def _softmax_names(call: ast.Call) -> list[str]:
@@ -4915,6 +4904,17 @@ def _append_kwarg(call: ast.Call, text: str, source: str) -> Edit | None:
 _STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers")
 
 
+def _binding_targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment-like statement binds: its targets, a loop's, a `with`'s `as`."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        return [node.target]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [i.optional_vars for i in node.items if i.optional_vars is not None]
+    return []
+
+
 def _stored_names(stmt: ast.stmt) -> set[str]:
     """Names a statement binds in its own scope, read from statements only (an expression
     binds a name only through `:=`, which this does not look for: a name bound there and again
@@ -4923,14 +4923,8 @@ def _stored_names(stmt: ast.stmt) -> set[str]:
     todo: list[ast.AST] = [stmt]
     while todo:
         node = todo.pop()
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
-            targets = [node.target]
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        targets: list[ast.expr] = _binding_targets(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             continue  # its body is another scope
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
