@@ -512,3 +512,24 @@ def test_a_dict_field_of_a_functions_return_reaches_its_helper(found: Found) -> 
 def test_the_padding_as_the_fill_condition_is_silent(found: Found) -> None:
     assert found(COLBERT.replace("d_attention_mask[:, None, :].bool()",
                                  "d_attention_mask[:, None, :] == 0")) == []
+
+
+@pytest.mark.parametrize("function", ["softmax", "log_softmax", "sigmoid", "tanh", "exp"])
+def test_every_output_mc505_names_is_saved_for_backward(function: str) -> None:
+    # The functions MC505 names when their output is filled in place (checks._SAVES_OUTPUT):
+    # each one's backward reads its own output, so the in-place fill makes backward raise.
+    from maskcheck.lint.checks import _SAVES_OUTPUT
+
+    assert function in _SAVES_OUTPUT
+    x = torch.randn(2, 3, requires_grad=True)
+    op = getattr(torch, function)
+    y = op(x, dim=-1) if "softmax" in function else op(x)
+    y.masked_fill_(torch.tensor([[True, False, False]] * 2), 0.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_mc505_names_no_other_output() -> None:
+    from maskcheck.lint.checks import _SAVES_OUTPUT
+
+    assert {"softmax", "log_softmax", "sigmoid", "tanh", "exp"} == _SAVES_OUTPUT
