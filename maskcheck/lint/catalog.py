@@ -180,6 +180,23 @@ FINFO_MIN_SUMMED = register(RuleInfo(
     "mask = torch.zeros(n, n).masked_fill(future | padding, torch.finfo(dtype).min)",
     "fill once with the combined bool mask (`a | b`), or use torch.minimum / clamp",
 ))
+PADDING_ON_QUERY_AXIS = register(RuleInfo(
+    "MC514", "padding-on-query-axis", E, "source",
+    "A (batch, seq) padding mask laid out as (batch, 1, seq, 1): it hides query rows, not keys.",
+    "Attention scores are (batch, heads, queries, keys) and softmax runs over the keys, the "
+    "last axis. A padding mask made from token ids (`ids != pad_id`, a tokenizer's "
+    "attention_mask, a lengths test) must lie on that axis: (batch, 1, 1, seq). Built with "
+    "`.unsqueeze(1).unsqueeze(3)` or `[:, None, :, None]` it lies on the query axis instead: "
+    "it fills whole rows of the padded queries (NaN with -inf, uniform with -1e9) and leaves "
+    "every real query free to attend to the padding keys (hyunwoongko/transformer PR #40, "
+    "bentrevett/pytorch-seq2seq#96). Reported where such a mask is the masked_fill condition "
+    "with a masking value, or SDPA's attn_mask. A mask combined with another first is not.",
+    "src_mask = (src != pad_idx).unsqueeze(1).unsqueeze(3)\n"
+    "scores = scores.masked_fill(src_mask == 0, -10000.0)",
+    "src_mask = (src != pad_idx).unsqueeze(1).unsqueeze(2)\n"
+    "scores = scores.masked_fill(src_mask == 0, -10000.0)",
+    "put the sequence on the last axis: `[:, None, None, :]` or `.unsqueeze(1).unsqueeze(2)`",
+))
 WEAK_MASK_VALUE = register(RuleInfo(
     "MC516", "weak-mask-value", W, "source",
     "Attention scores filled with a value between -1 and 0 (`-1e-9` for `-1e9`): masks almost "

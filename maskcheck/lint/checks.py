@@ -665,7 +665,7 @@ class _Checkpoint(NamedTuple):
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
-            "_rsub_done", "_class_triu", "_nested_triu")
+            "_rsub_done", "_class_triu", "_nested_triu", "_query_axis_made")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
@@ -756,7 +756,12 @@ class Linter:
         # are checked; and, declared before the walk, those of methods called above their
         # definition (`forward` calling `self._attend` defined below it, see `first_walk`).
         self._method_roles: dict[tuple[str, str], tuple[_Role, ...]] = {}
-        self._declared_methods: dict[str, dict[str, tuple[_Role, ...]]] = {}
+        # (class, method) -> what `self.method` gives in the methods below it (its roles, what
+        # its returns give); declared, as roles are, for a call above the definition
+        # (hyunwoongko/transformer's `forward` calling `self.make_src_mask` defined below it).
+        self._method_values: dict[tuple[str, str], Value] = {}
+        self._query_axis_made: set[tuple[int, int, int]] = set()  # MC514 reported there
+        self._declared_methods: dict[str, dict[str, Value]] = {}
         self._file_casts_half: bool | None = None  # see `_casts_half`
         # The same for the module's functions (a helper at the bottom of the file).
         self._function_roles: dict[str, tuple[_Role, ...]] = {}
@@ -966,6 +971,17 @@ class Linter:
         for scope in self.scopes:
             self._flush_softmaxed(scope)
         self.hits.sort(key=lambda h: (h.line, h.col, h.code))
+        # MC514 is reported once where the layout is made, though a second walk may take one
+        # report from the first walk's statements and make another from its own
+        kept: list[Hit] = []
+        made: set[tuple[int, int]] = set()
+        for hit in self.hits:
+            if hit.code == "MC514":
+                if (hit.line, hit.col) in made:
+                    continue
+                made.add((hit.line, hit.col))
+            kept.append(hit)
+        self.hits = kept
         return self.hits
 
     def _walk(self, stack: _Stack, handlers: dict[type, _Handler]) -> None:
@@ -1124,8 +1140,8 @@ class Linter:
         for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
             if isinstance(base, ast.Name) and base.id in self._class_attrs:
                 scope.values.update(self._class_attrs[base.id])
-        for method, roles in self._declared_methods.get(node.name, {}).items():
-            scope.values["self." + method] = Value(param_roles=roles)  # defined below its calls
+        for method, known in self._declared_methods.get(node.name, {}).items():
+            scope.values["self." + method] = known  # defined below its calls
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -1595,6 +1611,10 @@ class Linter:
             # does with its parameters, as a function's are (its arguments start after self)
             self.scope.values["self." + done.name] = replace(
                 self.scope.values.get("self." + done.name, UNKNOWN), param_roles=roles)
+        if done.in_class and self.scope.kind == "class" and done.name and (
+                "self." + done.name) in self.scope.values:
+            self._method_values[(self.scope.name, done.name)] = self.scope.values[
+                "self." + done.name]
         if done.kind == "class" and done.name:
             # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
             # its returns give, called through the class (or an alias of it)
@@ -1854,7 +1874,7 @@ class Linter:
             self._inplace_fill(call)
 
     def declare_classes(self, class_roles: dict[str, tuple[_Role, ...]],
-                        methods: dict[str, dict[str, tuple[_Role, ...]]] | None = None,
+                        methods: dict[str, dict[str, Value]] | None = None,
                         functions: dict[str, tuple[_Role, ...]] | None = None) -> None:
         """Start the walk knowing what these classes' forward does with its parameters (classes
         defined below their first use, see `lint_tree`), these methods (called as
@@ -2847,6 +2867,12 @@ class Linter:
             return
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
         cond = self.value(condition)
+        if cond.layout == "B1S1" and target is not None and (
+                self._is_scores(target) or self._fill_reaches_softmax(call, target, parent)
+                or _assigned_to_scores(call, parent)):
+            # (of scores only: a (B, C, T, 1) feature map masked by time before a max-pool
+            # takes the same (B, 1, T, 1) mask on purpose)
+            self._query_axis_padding(condition, "the masked_fill condition")
         if cond.hf_keep and not cond.hf_keep_inverted and not cond.pad_keep:
             self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
                         "attention_mask "
@@ -2909,6 +2935,24 @@ class Linter:
             if ast.dump(side) == shown and number(scalar, self.lookup) is not None:
                 return True
         return False
+
+    def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
+        """MC514: a (batch, sequence) padding mask laid out as (B, 1, L, 1) hides query rows.
+        Reported once, where that layout is made (the fix goes there), naming this use."""
+        made = self.value(mask).layout_at
+        if made is not None and made in self._query_axis_made:
+            return
+        at: ast.AST = mask
+        use = ""
+        if made is not None:
+            self._query_axis_made.add(made)
+            at = ast.Name("mask", lineno=made[0], col_offset=made[1], end_lineno=made[2])
+            if made[0] != getattr(mask, "lineno", made[0]):
+                use = f" (line {getattr(mask, 'lineno', 1)})"
+        self.report("MC514", at, "this padding mask is laid out as (batch, 1, seq, 1): as "
+                    f"{where}{use} it hides the padded query rows and leaves the padded keys "
+                    "visible; put the sequence on the last axis (`[:, None, None, :]`, "
+                    "`.unsqueeze(1).unsqueeze(2)`)")
 
     def _is_fill_value(self, node: ast.AST) -> bool:
         """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
@@ -3704,7 +3748,9 @@ class Linter:
         if mask is None or is_none(mask):
             return
         facts = self.value(mask)
-        if facts.hf_keep_inverted:
+        if facts.layout == "B1S1":
+            self._query_axis_padding(mask, "SDPA's attn_mask")
+        elif facts.hf_keep_inverted:
             self.report("MC511", mask, f"{self._text(mask)} is True at padding, but SDPA's bool "
                         "attn_mask means True = may attend: it keeps only the padding; pass "
                         "the keep-mask (`attention_mask.bool()`)")
@@ -3932,12 +3978,15 @@ class Linter:
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
         self._bool_subtracted(call, roles)
+        self._query_axis_passed(call, roles, callee)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and (entry.role in {"add", "mul", "addmin"}
                                        or entry.role in _FLIPPED_ROLES):
-                # a wrapper passing its own parameter on (inverted: the other convention)
-                self._note_role(passed, entry.role, direct=False)
+                # a wrapper passing its own parameter on (inverted: the other convention); a
+                # fill keeps its use, the condition where the mask is read (see `_fills_scores`)
+                self._note_role(passed, entry.role, direct=False, use=entry.use if (
+                    entry.role.endswith("-fill")) else None)
             elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
@@ -4048,6 +4097,34 @@ class Linter:
                             f"`{self._text(entry.use)}` reads it as a 1/0 keep mask: the kept "
                             "positions get the masking value and the masked ones -inf; pass "
                             "the 1/0 mask (`tril(ones)`) or add the additive one")
+
+    def _query_axis_passed(self, call: ast.Call, roles: tuple[_Role, ...],
+                           callee: object) -> None:
+        """A (B, 1, L, 1) padding mask passed to a function that fills with its parameter or
+        hands it to SDPA (MC514), reported at the argument (hyunwoongko/transformer's
+        `make_src_mask` result handed down to the attention that fills)."""
+        for entry in roles:
+            if entry.role not in _QUERY_AXIS_ROLES or (
+                    entry.role in _USE_SITE_ROLES and (callee, entry.param) in self.use_site):
+                continue  # (reported at the use, where the parameter holds the mask)
+            arg = _role_argument(call, entry)
+            if arg is not None and self.value(arg).layout == "B1S1" and (
+                    entry.role.endswith("sdpa") or self._fills_scores(entry.use)):
+                name = call_name(call) or "the function"
+                self._query_axis_padding(arg, f"{entry.param} of {name}()")
+                return
+
+    def _fills_scores(self, condition: ast.AST) -> bool:
+        """Whether `condition` is the condition of a masked_fill of scores by their name
+        (`score.masked_fill(mask == 0, -10000)`)."""
+        parents = self._parents()
+        fill = parents.get(id(condition))
+        if not isinstance(fill, ast.Call) or call_name(fill) not in {"masked_fill",
+                                                                      "masked_fill_"}:
+            return False
+        module_form = module_dotted(fill.func) == "torch.masked_fill"
+        target = fill.args[0] if module_form and fill.args else receiver(fill)
+        return target is not None and _is_score_name(target)
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
@@ -4380,6 +4457,15 @@ def _not_none_test(test: ast.expr) -> str | None:
     return None
 
 
+def _assigned_to_scores(call: ast.Call, parent: ast.AST | None) -> bool:
+    """`scores = <call>` (or `scores: T = <call>`): the fill's result is bound to a name of
+    scores."""
+    if isinstance(parent, ast.AnnAssign):
+        return parent.value is call and _is_score_name(parent.target)
+    return isinstance(parent, ast.Assign) and parent.value is call and any(
+        _is_score_name(t) for t in parent.targets)
+
+
 def _role_argument(call: ast.Call, entry: _Role) -> ast.expr | None:
     """What a call passes for the parameter of a `_Role`: by position, or by its name
     (`self.attn(x, mask=keep)`)."""
@@ -4499,6 +4585,8 @@ def _seedable(facts: Value) -> Value:
 # (SDPA's bool attn_mask, `masked_fill(m == 0, ...)`) against True = masked (a fill condition,
 # the key_padding_mask of torch's attention modules).
 _BELOW = {"lower": "on and below", "slower": "below"}  # where a lower triangle's True entries sit
+# The roles in which a (B, 1, L, 1) padding mask hides query rows: a fill condition, SDPA's mask.
+_QUERY_AXIS_ROLES = frozenset({"keep-fill", "drop-fill", "keep-sdpa", "drop-sdpa"})
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
@@ -5098,7 +5186,7 @@ def lint_tree(
         MODULE_ALIASES.reset(token)
 
 
-_Declared = tuple[dict[str, tuple[_Role, ...]], dict[str, dict[str, tuple[_Role, ...]]],
+_Declared = tuple[dict[str, tuple[_Role, ...]], dict[str, dict[str, Value]],
                   dict[str, tuple[_Role, ...]]]
 
 
@@ -5114,7 +5202,7 @@ def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
         linter.declare_classes(*declared)
         hits = linter.run(tree)
         late = (_used_before_defined(tree, linter._class_roles, source),
-                _methods_called_above(tree, linter._method_roles),
+                _methods_called_above(tree, linter._method_values),
                 _functions_called_above(tree, linter._function_roles))
         if not any(late) or late == declared or walks == 3:
             break
@@ -5138,11 +5226,12 @@ def _functions_called_above(tree: ast.AST, function_roles: dict[str, tuple[_Role
             and call.func.id in defined and call.lineno < defined[call.func.id]}
 
 
-def _methods_called_above(tree: ast.AST, method_roles: dict[tuple[str, str], tuple[_Role, ...]]
-                          ) -> dict[str, dict[str, tuple[_Role, ...]]]:
+def _methods_called_above(tree: ast.AST, method_roles: dict[tuple[str, str], Value]
+                          ) -> dict[str, dict[str, Value]]:
     """The methods of `method_roles` that a method of their class calls as `self.name(...)` on
-    a line above their definition, by class, with their roles."""
-    late: dict[str, dict[str, tuple[_Role, ...]]] = {}
+    a line above their definition, by class, with what `self.name` gives (their roles, what
+    their returns give)."""
+    late: dict[str, dict[str, Value]] = {}
     if not method_roles:
         return late
     classes = {cls for cls, _ in method_roles}

@@ -32,6 +32,9 @@ _KEEPS_VALUES = frozenset({
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
     "repeat_interleave",
 })
+# ... and of those, the ones that keep where each axis is (a reshape does not).
+_KEEPS_LAYOUT = frozenset({"cuda", "cpu", "contiguous", "expand", "expand_as", "repeat", "clone",
+                           "detach"})
 # Functions that keep a float tensor's dtype (not its mask facts): an upcast survives them
 # (vllm's `(iq @ summary.T * s).clamp(-1e4, 1e4)` after `iq = ....float()`,
 # sentence-transformers' `scores.max(dim=-1).values.float()` then `.sum(dim=-1)`).
@@ -165,6 +168,14 @@ class Value:
     # An argparse Namespace (`parser.parse_args()`): `args.X` holds the default of option X
     # unless the command line gives another (see `Linter.value`).
     namespace: bool = False
+    # The axes of a (batch, sequence) padding mask whose shape the file proves (a tokenizer's
+    # attention_mask, `ids != pad_id`, a lengths test): "BS", then what `unsqueeze` and `None`
+    # indexing make of it: "B11S" holds the sequence on the key axis of (B, H, L, S) scores,
+    # "B1S1" on the query axis (MC514). A reshape, a transpose or an integer index forgets it.
+    layout: str | None = None
+    # ... and where a "B1S1" layout was made (line, column, end line): MC514 is reported there,
+    # where the fix goes, rather than at each use.
+    layout_at: tuple[int, int, int] | None = None
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -662,7 +673,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         node.value, ast.Compare) else describe(node.value, lookup)
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
-        return Value(dtype="int", hf_keep=True)
+        return Value(dtype="int", hf_keep=True, layout="BS")
     if not base and isinstance(key, ast.Constant) and isinstance(key.value, str):
         written = dotted(node.value)
         held = lookup(f'{written}["{key.value}"]') if written is not None else UNKNOWN
@@ -674,7 +685,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         if key.value in COLLATED_MASK_KEYS:
             # `batch["attention_mask"]` of a batch not known here: the key is the tokenizer's,
             # 1 = real token (its dtype is the collator's: int64 from Hugging Face's)
-            return Value(hf_keep=True, collated=True)
+            return Value(hf_keep=True, collated=True, layout="BS")
     if not base and not isinstance(key, (ast.Constant, ast.Slice, ast.Tuple)):
         # `self._mask_cache[n]`: what this file stored in it under a run-time key
         name = dotted(node.value)
@@ -689,7 +700,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(grad=True)
     if _last_position_index(key):
         return replace(base, last_position=True, tokens=False, api=None, mha=False,
-                       number=None, tri=None) if base else Value(last_position=True)
+                       number=None, tri=None, layout=None, layout_at=None) if base else Value(
+            last_position=True)
     if base in PARAMETER_VALUES and _extends_hf_mask(node):
         return Value(hf_keep=True)
     if not base:
@@ -697,7 +709,57 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
-    return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None)
+    layout = _indexed_layout(base.layout, key)
+    return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None,
+                   layout=layout, layout_at=_layout_made(base, layout, node))
+
+
+def _indexed_layout(layout: str | None, key: ast.expr) -> str | None:
+    """The axes after `mask[key]`: `None` adds an axis, a plain `:` or `...` keeps axes, anything
+    else (an integer, a tensor) is not followed."""
+    if layout is None:
+        return None
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    consumed = sum(not is_none(p) and not (isinstance(p, ast.Constant) and p.value is ...)
+                   for p in parts)
+    out: list[str] = []
+    i = 0
+    for part in parts:
+        if is_none(part):
+            out.append("1")
+        elif isinstance(part, ast.Constant) and part.value is ...:
+            kept = len(layout) - consumed
+            if kept < 0:
+                return None
+            out.extend(layout[i:i + kept])
+            i += kept
+        elif isinstance(part, ast.Slice) and part.step is None and i < len(layout):
+            out.append(layout[i])
+            i += 1
+        else:
+            return None
+    return "".join(out) + layout[i:]
+
+
+def _layout_made(base: Value, layout: str | None, node: ast.AST) -> tuple[int, int, int] | None:
+    """Where `layout` was made: at `node` when it turns the mask onto the query axis, else where
+    its receiver's was made."""
+    if layout is None:
+        return None
+    if layout == "B1S1" and base.layout != "B1S1":
+        line = getattr(node, "lineno", 1)
+        return line, getattr(node, "col_offset", 0), getattr(node, "end_lineno", None) or line
+    return base.layout_at
+
+
+def _unsqueezed_layout(layout: str | None, call: ast.Call) -> str | None:
+    """The axes after `mask.unsqueeze(d)`."""
+    dim = argument(call, 0, "dim")
+    d = number(dim) if layout is not None and dim is not None else None
+    if layout is None or d is None or d != int(d):
+        return None
+    at = int(d) + len(layout) + 1 if d < 0 else int(d)
+    return layout[:at] + "1" + layout[at:] if 0 <= at <= len(layout) else None
 
 
 def _last_position_index(key: ast.AST) -> bool:
@@ -879,15 +941,19 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     if past_length is not None:
         # `arange(n)[None] >= lengths[:, None]` (ESPnet's make_pad_mask): True at padding;
         # `arange(n)[None] < lengths[:, None]` (sequence_mask): True at real positions
+        out = replace(out, layout=_batch_by_sequence(left, right))
         return replace(out, hf_keep_inverted=True) if past_length else replace(out, pad_keep=True)
+    layout = _batch_by_sequence(left, right) if lv.layout is None else lv.layout
     if _is_pad_test(left, right):
         if isinstance(op, ast.Eq):
-            return replace(out, hf_keep_inverted=True)
+            return replace(out, hf_keep_inverted=True, layout=layout)
         if isinstance(op, ast.NotEq) or (isinstance(op, ast.Gt) and number(right) == 0):
-            return replace(out, hf_keep=True, pad_keep=True)
+            return replace(out, hf_keep=True, pad_keep=True, layout=layout)
     if isinstance(op, ast.NotEq) and _names_pad_index(right):
-        return replace(out, pad_keep=True)
+        return replace(out, pad_keep=True, layout=layout)
     c = number(right)
+    if c is not None:
+        out = replace(out, layout=lv.layout, layout_at=lv.layout_at)  # the same axes
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
             out = replace(out, tri=_COMPLEMENT[lv.tri])
@@ -905,6 +971,22 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     return out
 
 
+def _batch_by_sequence(left: ast.AST, right: ast.AST) -> str | None:
+    """"BS" for a padding test of token ids or lengths written on their (batch, sequence) axes:
+    `ids != pad_id`, `arange(n)[None, :] < lengths[:, None]`. Not when either side is reshaped
+    or indexed into more axes first (`ids[:, None, :] != pad`), whose axes are not followed."""
+    for side in (left, right):
+        for node in ast.walk(side):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(
+                    node.slice.elts) > 2:
+                return None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    node.func.attr in _KEEPS_VALUES | _TRANSPOSES | {"permute", "movedim"}
+                    and node.func.attr not in _KEEPS_LAYOUT):
+                return None
+    return "BS"
+
+
 def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
     if isinstance(node.op, ast.Invert):
         base = describe(node.operand, lookup)
@@ -912,7 +994,8 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
             return UNKNOWN
         return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
                      hf_keep_inverted=base.hf_keep or base.keep_mask,
-                     hf_keep=base.hf_keep_inverted)
+                     hf_keep=base.hf_keep_inverted, layout=base.layout,
+                     layout_at=base.layout_at)
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
@@ -1443,12 +1526,17 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
             return Value(dtype=reinterpreted)
     if name in _KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
-        return replace(base, tokens=False, api=None, mha=False, grad=grad)
+        layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
+            base.layout, call) if name == "unsqueeze" else None
+        return replace(base, tokens=False, api=None, mha=False, grad=grad, layout=layout,
+                       layout_at=_layout_made(base, layout, call))
     if name in _TRANSPOSES:
+        base = replace(base, layout=None, layout_at=None)
         return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
     if name in {"logical_not", "logical_not_"}:
         return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
-                     hf_keep_inverted=base.hf_keep)
+                     hf_keep_inverted=base.hf_keep, layout=base.layout,
+                     layout_at=base.layout_at)
     if name in {"triu", "tril"}:
         return _triangle(call, name, base)
     if name in {"masked_fill", "masked_fill_"}:

@@ -185,7 +185,7 @@ def test_every_linter_attribute_is_classified() -> None:
              "seeds", "calls_to", "option_defaults", "use_site"}
     output = {"hits", "param_hits", "walked_hits", "scopes"}
     recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
-                "offset_flags", "_method_roles", "_function_roles",
+                "offset_flags", "_method_roles", "_method_values", "_function_roles",
                 "entered"}
     # keyed by an `if` or statement node, set and read within it
     within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots",
