@@ -172,6 +172,9 @@ class _Scope:
     # mask[:, None, None, :]`): still what the caller passed, laid out for the scores
     # (computed on first need, see `Linter._reshaped`)
     reshaped: frozenset[str] | None = None
+    # ... or also to `p & other` (x-transformers' `mask = mask & ~causal_mask`):
+    # what True means is the caller's still, for the roles that read a direction
+    directed: frozenset[str] | None = None
     # function scopes: parameters whose default is a masking value (`fill=-1e10`)
     masking_defaults: dict[str, float] = field(default_factory=dict)
     method: bool = False  # a function defined in a class body that takes self (or cls) first
@@ -1556,6 +1559,8 @@ class Linter:
             # a closure that rebinds its caller's names: calling it changes them
             self._rebinds[done.name] = frozenset(done.outer_names)
         roles = tuple(done.param_roles.values())
+        if roles:
+            self._contradicting_roles(done, roles)
         if self.record_calls and done.key is not None and roles:
             self.role_params.setdefault(done.key, set()).update(r.param for r in roles)
             for r in roles:
@@ -3848,12 +3853,21 @@ class Linter:
             node, inverted = found
             flipped ^= inverted
             if node.id in scope.params and (
-                    node.id not in scope.assigned or node.id in self._reshaped(scope)):
+                    node.id not in scope.assigned or node.id in self._directed(scope)):
                 return node.id, flipped
             if node.id not in scope.derived:
                 return None
             node = scope.derived[node.id]
         return None
+
+    @staticmethod
+    def _directed(scope: _Scope) -> frozenset[str]:
+        """The function's parameters rebound only to reshapes of themselves or to themselves
+        AND-ed with another mask (`_Scope.directed`), read on first need."""
+        if scope.directed is None:
+            scope.directed = _reshaped_params(scope.node, scope.params, combined=True) if (
+                scope.node) else frozenset()
+        return scope.directed
 
     @staticmethod
     def _reshaped(scope: _Scope) -> frozenset[str]:
@@ -4113,6 +4127,38 @@ class Linter:
                 name = call_name(call) or "the function"
                 self._query_axis_padding(arg, f"{entry.param} of {name}()")
                 return
+
+    def _contradicting_roles(self, done: _Scope, roles: tuple[_Role, ...]) -> None:
+        """One parameter read both ways in one function: handed to SDPA as its bool attn_mask
+        (True = may attend) on one path and filled where it is True on another (x-transformers'
+        `Attend`: the flash path and the einsum path; lucidrains/x-transformers#240), or handed
+        on as True = padding and filled where it is 0. A fill needs a bool condition, so the two
+        uses read one bool mask in opposite directions; the fill is reported, naming the other
+        use. Only fills this function makes itself."""
+        if done.kind != "function":
+            return
+        held: dict[int, dict[str, _Role]] = {}
+        for entry in roles:
+            held.setdefault(entry.position, {})[entry.role] = entry
+        for by_role in held.values():
+            keep_api, drop_fill = by_role.get("keep-sdpa"), by_role.get("drop-fill")
+            drop_api = by_role.get("drop-sdpa") or by_role.get("drop-mha")
+            keep_fill = by_role.get("keep-fill")
+            if keep_api is not None and drop_fill is not None and drop_fill.direct:
+                line = getattr(keep_api.use, "lineno", 0)
+                self.report("MC519", drop_fill.use, f"{drop_fill.param} is a keep-mask where "
+                            f"line {line} hands it to scaled_dot_product_attention (its bool "
+                            "attn_mask means True = may attend), but here it is the masked_fill "
+                            "condition: this path hides the tokens the other keeps; fill where "
+                            f"it is False (`~{drop_fill.param}`)")
+            elif drop_api is not None and keep_fill is not None and keep_fill.direct:
+                line = getattr(drop_api.use, "lineno", 0)
+                where = "as key_padding_mask" if drop_api.role == "drop-mha" else (
+                    "inverted to scaled_dot_product_attention")
+                self.report("MC511", keep_fill.use, f"{keep_fill.param} is True = padding where "
+                            f"line {line} hands it {where}, but here the fill hides where it "
+                            "is 0: this path hides the real tokens the other keeps; fill where "
+                            "it is True")
 
     def _fills_scores(self, condition: ast.AST) -> bool:
         """Whether `condition` is the condition of a masked_fill of scores by their name
@@ -4395,9 +4441,11 @@ def _parts_of(done: _Scope) -> tuple[Value, ...]:
     return tuple(parts) if any(parts) else ()
 
 
-def _reshaped_params(node: ast.AST, params: tuple[str, ...]) -> frozenset[str]:
+def _reshaped_params(node: ast.AST, params: tuple[str, ...], *, combined: bool = False
+                     ) -> frozenset[str]:
     """The parameters a function rebinds (and it does) only as `p = p[...]` or
-    `p = p.unsqueeze(1)` and the like: reshapes of themselves, values unchanged."""
+    `p = p.unsqueeze(1)` and the like: reshapes of themselves, values unchanged; with
+    `combined`, also as `p = p & other`, which keeps what True means."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not params:
         return frozenset()
     rebound: dict[str, bool] = {}
@@ -4406,11 +4454,28 @@ def _reshaped_params(node: ast.AST, params: tuple[str, ...]) -> frozenset[str]:
         for target in targets:
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                 if name in params:
-                    rebound[name] = rebound.get(name, True) and isinstance(
-                        sub, ast.Assign) and target is sub.targets[0] and len(
-                        sub.targets) == 1 and isinstance(target, ast.Name) and (
-                        _reshape_root(sub.value) == name)
+                    value = sub.value if (isinstance(sub, ast.Assign) and len(
+                        sub.targets) == 1 and target is sub.targets[0]) or (
+                        isinstance(sub, ast.AnnAssign) and target is sub.target) else None
+                    rebound[name] = rebound.get(name, True) and value is not None and (
+                        isinstance(target, ast.Name)) and (
+                        _reshape_root(value) == name or (
+                            combined and _combined_root(value) == name))
     return frozenset(name for name, only in rebound.items() if only)
+
+
+def _combined_root(node: ast.AST) -> str | None:
+    """The name `m & other` (or `other & m[:, None]`) combines with a mask that does not read
+    it. Not `m | other`: OR-ing in a causal triangle (True = hidden) says the author reads m as
+    True = hidden, whatever the API it then reaches takes (lucidrains/x-transformers#160)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd)):
+        return None
+    for side, other in ((node.left, node.right), (node.right, node.left)):
+        name = _reshape_root(side)
+        if name is not None and not any(isinstance(n, ast.Name) and n.id == name
+                                        for n in ast.walk(other)):
+            return name
+    return None
 
 
 def _reshape_root(node: ast.AST) -> str | None:

@@ -158,3 +158,81 @@ def test_a_bool_added_to_scores_masks_nothing() -> None:
     scores = torch.zeros(1, 3)
     keep = torch.tensor([[True, True, False]])
     assert (scores + keep).softmax(-1)[0, 2] > 0.1  # the padding keeps its weight
+
+
+# One parameter read both ways in one class: the flash path hands it to SDPA as a keep-mask
+# (AND-ed with the causal keep triangle), the einsum path fills where it is True
+# (lucidrains/x-transformers#240: what True means in `mask`).
+ATTEND = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attend(nn.Module):
+    def flash_attn(self, q, k, v, mask=None):
+        if mask is not None:
+            mask = mask[:, None, None, :]
+        if mask is not None and self.causal:
+            mask = mask & ~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def forward(self, q, k, v, mask=None):
+        if self.flash:
+            return self.flash_attn(q, k, v, mask=mask)
+        sim = q @ k.transpose(-1, -2)
+        if mask is not None:
+            mask = mask[:, None, None, :]
+            sim = sim.masked_fill(mask, -torch.finfo(sim.dtype).max)
+        return sim.softmax(-1) @ v
+'''
+
+
+def test_a_mask_filled_where_the_other_path_keeps_it(found: Found) -> None:
+    assert found(ATTEND) == [(20, "MC519")]
+
+
+def test_both_paths_reading_it_as_a_keep_mask_are_silent(found: Found) -> None:
+    assert found(ATTEND.replace("masked_fill(mask,", "masked_fill(~mask,")) == []
+
+
+def test_a_flash_path_that_ors_in_the_causal_triangle_is_the_wrong_one(found: Found) -> None:
+    # x-transformers#160: OR-ing the causal triangle (True = hidden) in says the author reads
+    # the mask as True = hidden; the fill is right and the SDPA call is reported (MC511)
+    ored = ATTEND.replace("mask = mask & ~torch.ones", "mask = mask | torch.ones")
+    assert found(ored) == [(12, "MC511")]
+
+
+def test_both_paths_agree_on_the_two_directions() -> None:
+    torch.manual_seed(0)
+    q = k = v = torch.randn(1, 1, 3, 4)
+    keep = torch.tensor([[True, True, False]])
+    flash = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+    sim = (q @ k.transpose(-1, -2)).masked_fill(~keep[:, None, None, :], float("-inf"))
+    assert torch.allclose(flash, (sim * q.shape[-1] ** -0.5).softmax(-1) @ v, atol=1e-6)
+    wrong = (q @ k.transpose(-1, -2)).masked_fill(keep[:, None, None, :], float("-inf"))
+    assert not torch.allclose(flash, (wrong * q.shape[-1] ** -0.5).softmax(-1) @ v)
+
+
+PADDING = '''import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, 2, batch_first=True)
+
+    def forward(self, x, scores, pad):
+        if self.fused:
+            return self.mha(x, x, x, key_padding_mask=pad)[0]
+        scores = scores.masked_fill(pad[:, None, None, :] == 0, float("-inf"))
+        return scores.softmax(-1)
+'''
+
+
+def test_a_padding_mask_filled_where_it_is_zero(found: Found) -> None:
+    assert found(PADDING) == [(13, "MC511")]
+
+
+def test_a_padding_mask_filled_where_it_is_true_is_silent(found: Found) -> None:
+    assert found(PADDING.replace("pad[:, None, None, :] == 0", "pad[:, None, None, :]")) == []
