@@ -1394,7 +1394,8 @@ class Linter:
         return key
 
     def _seed_facts(self, node: ast.AST) -> Value:
-        return _seedable(self.value(node))
+        return _seedable(self._bound_facts(node) if isinstance(node, ast.expr) else self.value(
+            node))
 
     def _passed_parameter(self, node: ast.AST) -> tuple[str, str, str, str] | None:
         """(caller key, name, "") when `node` is the calling function's own parameter,
@@ -1854,7 +1855,10 @@ class Linter:
             "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
                 func.value, ast.Name) and func.value.id == "self" else None)
         if callee is not None and self._roles_known:  # a function of the file, or an instance
-            roles = self.lookup(callee).param_roles
+            held = self.lookup(callee)
+            roles = held.param_roles or (
+                # an instance a constructor was given (`self.layer = layer`, seeded)
+                self._class_roles.get(held.module, ()) if held.module else ())
             if not roles and callee == "model" and self._class_roles and not any(
                     "model" in scope.values or "model" in scope.assigned
                     for scope in self.scopes):
@@ -4631,7 +4635,12 @@ def _needed_names(test: ast.expr) -> set[str]:
 _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
-    "wide_finfo", "dtype", "namespace"})
+    "wide_finfo", "dtype", "namespace",
+    # an instance of a class of this file, or of torch's attention modules, given to a
+    # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
+    "module", "mha"})
+
+
 def _seedable(facts: Value) -> Value:
     """What of a value a parameter may take from its calls (see `_SEED_FACTS`)."""
     if not facts:

@@ -236,3 +236,42 @@ def test_a_padding_mask_filled_where_it_is_zero(found: Found) -> None:
 
 def test_a_padding_mask_filled_where_it_is_true_is_silent(found: Found) -> None:
     assert found(PADDING.replace("pad[:, None, None, :] == 0", "pad[:, None, None, :]")) == []
+
+
+# A layer given to a constructor (x-transformers' `TransformerWrapper(attn_layers=Encoder(...))`)
+# is read as the instance every construction in the file passes.
+INJECTED = '''import torch
+from torch import nn
+
+
+class Attn(nn.Module):
+    def forward(self, scores, mask=None):
+        return scores.masked_fill(mask, float("-inf")).softmax(-1)
+
+
+class Wrapper(nn.Module):
+    def __init__(self, layer, pad_id=0):
+        super().__init__()
+        self.layer = layer
+        self.pad_id = pad_id
+
+    def forward(self, x, scores):
+        mask = x != self.pad_id
+        return self.layer(scores, mask=mask)
+
+
+model = Wrapper(layer=Attn())
+'''
+
+
+def test_a_layer_given_to_the_constructor_is_followed(found: Found) -> None:
+    assert found(INJECTED) == [(18, "MC519")]
+
+
+def test_the_padding_mask_given_to_it_is_silent(found: Found) -> None:
+    assert found(INJECTED.replace("mask = x != self.pad_id", "mask = x == self.pad_id")) == []
+
+
+def test_two_constructions_with_other_layers_are_not_followed(found: Found) -> None:
+    # `Wrapper(layer=Attn())` and `Wrapper(layer=nn.Identity())`: no one class to read
+    assert found(INJECTED + "other = Wrapper(layer=nn.Identity())\n") == []
