@@ -1855,10 +1855,10 @@ class Linter:
             "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
                 func.value, ast.Name) and func.value.id == "self" else None)
         if callee is not None and self._roles_known:  # a function of the file, or an instance
-            held = self.lookup(callee)
-            roles = held.param_roles or (
+            callee_value = self.lookup(callee)
+            roles = callee_value.param_roles or (
                 # an instance a constructor was given (`self.layer = layer`, seeded)
-                self._class_roles.get(held.module, ()) if held.module else ())
+                self._class_roles.get(callee_value.module, ()) if callee_value.module else ())
             if not roles and callee == "model" and self._class_roles and not any(
                     "model" in scope.values or "model" in scope.assigned
                     for scope in self.scopes):
