@@ -269,6 +269,10 @@ class _Passed(NamedTuple):
     spread: bool  # `*args` / `**kw`: what it passes is not known
 
 
+# What `_Passed` records as the origin of a literal None argument (or a None default left out).
+_PASSED_NONE = ("", "", "", "<None>")
+
+
 class _Exit(NamedTuple):
     what: str  # "scope" | "no_grad" | "fp16_guard" | "autocast" | "bind" | ...
     node: ast.AST | None = None
@@ -1362,9 +1366,13 @@ class Linter:
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
             kw.arg is None for kw in call.keywords)
         self.calls.setdefault(key, []).append(_Passed(
-            tuple((self._seed_facts(a), self._passed_parameter(a)) for a in call.args),
-            {kw.arg: (self._seed_facts(kw.value), self._passed_parameter(kw.value))
+            tuple((self._seed_facts(a), self._passed_origin(a)) for a in call.args),
+            {kw.arg: (self._seed_facts(kw.value), self._passed_origin(kw.value))
              for kw in call.keywords if kw.arg is not None}, spread))
+
+    def _passed_origin(self, node: ast.AST) -> tuple[str, str, str, str] | None:
+        """`_PASSED_NONE` for a literal None, else the caller's parameter `node` is (if one)."""
+        return _PASSED_NONE if is_none(node) else self._passed_parameter(node)
 
     def _callee_key(self, call: ast.Call) -> tuple[str, str] | None:
         """The function, method, class or instance of a class of this file a call calls, keyed
@@ -1456,9 +1464,16 @@ class Linter:
                 elif param in call.keywords:
                     facts, origin = call.keywords[param]
                 elif param in sig.defaults:
-                    facts, origin = _seedable(describe(sig.defaults[param], module_lookup)), None
+                    default = sig.defaults[param]
+                    facts, origin = _seedable(describe(default, module_lookup)), (
+                        _PASSED_NONE if is_none(default) else None)
                 else:
                     facts, origin = UNKNOWN, None
+                if origin is _PASSED_NONE:
+                    # None is no tensor: a use of the parameter as one runs only on the calls
+                    # that pass a tensor (`if pad is None: ... else: sdpa(attn_mask=pad)`), or
+                    # hands None on to an API that takes it (SDPA's attn_mask=None)
+                    continue
                 if origin is not None:
                     inherited = seed((origin[0], origin[1]), origin[2])
                     if origin[3]:  # an attribute of the caller's parameter
@@ -3261,10 +3276,16 @@ class Linter:
         return None
 
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
-        while isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
-            node = node.value  # `key_padding_mask[:, None, None, :]`
-        if isinstance(node, ast.Call) and not node.args and call_name(node) == "bool":
-            node = receiver(node) or node  # `attention_mask.bool()` keeps the convention
+        while True:
+            if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+                node = node.value  # `key_padding_mask[:, None, None, :]`
+            elif isinstance(node, ast.Call) and receiver(node) is not None and (
+                    (not node.args and call_name(node) == "bool")
+                    or call_name(node) in _SHAPE_KEEPING):
+                # `attention_mask.bool()`, `attention_mask.reshape(b * r, c)`: the convention
+                node = receiver(node) or node
+            else:
+                break
         name = last_name(node)
         if name is None or not callable(wanted) or not wanted(name):
             return False
@@ -3995,6 +4016,7 @@ class Linter:
                 # (a parameter every call gives the same mask: reported at its use)
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
+        self._padding_mask_read_as_keep(call, roles)
         self._bool_subtracted(call, roles)
         self._query_axis_passed(call, roles, callee)
         for entry in roles:
@@ -4145,6 +4167,12 @@ class Linter:
         for entry in roles:
             held.setdefault(entry.position, {})[entry.role] = entry
         for by_role in held.values():
+            if _dtype_tested(done.node, next(iter(by_role.values())).param):
+                # `if attn_mask.dtype == torch.bool: s.masked_fill_(attn_mask, -inf) else: s +=
+                # attn_mask`: the eager path takes nn.MultiheadAttention's convention on purpose
+                # (neuralforecast's PatchTST, whose callers pass no mask); which path is meant
+                # is not for the source to say
+                continue
             keep_api, drop_fill = by_role.get("keep-sdpa"), by_role.get("drop-fill")
             drop_api = by_role.get("drop-sdpa") or by_role.get("drop-mha")
             keep_fill = by_role.get("keep-fill")
@@ -4175,6 +4203,35 @@ class Linter:
         module_form = module_dotted(fill.func) == "torch.masked_fill"
         target = fill.args[0] if module_form and fill.args else receiver(fill)
         return target is not None and _is_score_name(target)
+
+    def _padding_mask_read_as_keep(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A padding mask the file proves (True = padding: `arange(n)[None] >= lengths[:, None]`,
+        `ids == pad_id`, a tokenizer's mask `== 0`) passed to a function that hands it to SDPA
+        as its bool attn_mask (True = may attend) or fills where it is 0. Reported in the
+        function when the parameter's name says padding (`pad`, `padding_mask`: the function
+        reads its input against its name), else at the call."""
+        name = call_name(call) or "the function"
+        for entry in roles:
+            arg = _role_argument(call, entry) if entry.role in {"keep-sdpa", "keep-fill"} else None
+            if arg is None:
+                continue
+            facts = self.value(arg)
+            if not facts.hf_keep_inverted or facts.hf_keep:
+                continue
+            behind = self._parameter_behind(arg)
+            if behind is not None and behind[0] == entry.param:
+                continue  # a wrapper handing its own parameter on under the same name
+            reads = ("hands it to scaled_dot_product_attention as attn_mask (True = may attend)"
+                     if entry.role == "keep-sdpa" else "fills where it is 0")
+            if entry.direct and _says_padding(entry.param):
+                self.report("MC511", entry.use, f"{entry.param} is named as a padding mask "
+                            f"(True = padding) and line {call.lineno} passes one "
+                            f"({self._text(arg)}), but {name}() {reads}: it attends to the "
+                            f"padding only; invert it (`~{entry.param}`)")
+            else:
+                self.report("MC511", arg, f"{self._text(arg)} is True at padding, but {name}() "
+                            f"{reads} for {entry.param}: pass the keep-mask (`~`)")
+            return
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A keep-mask (a tokenizer's mask, a real-token test) passed to a function that reads
@@ -4533,6 +4590,16 @@ def _assigned_to_scores(call: ast.Call, parent: ast.AST | None) -> bool:
         return parent.value is call and _is_score_name(parent.target)
     return isinstance(parent, ast.Assign) and parent.value is call and any(
         _is_score_name(t) for t in parent.targets)
+
+
+def _says_padding(name: str) -> bool:
+    """`pad`, `padding_mask`, `is_pad`, `src_pad`: a name that says True marks padding."""
+    hint = name_hint(name)
+    if hint is not None and hint.bool_convention is not None:
+        return hint.bool_convention == "bool-true-masked"
+    words = set(re.split(r"[^a-z]+", name.lower()))
+    return bool(words & {"pad", "padding", "padded"}) and not words & {
+        "keep", "valid", "visible", "len", "lens", "length", "lengths", "idx", "id", "size"}
 
 
 def _role_argument(call: ast.Call, entry: _Role) -> ast.expr | None:

@@ -881,9 +881,10 @@ def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST, positions: bool =
     """A comparison of positions with sequence lengths: True when it holds past the length
     (padding), False when it holds before it (real positions), None for anything else.
     `positions`: what the left side holds is known to be position indices."""
-    if (positions or _positions(left)) and _lengths(right):
+    if (positions or _positions(left)) and (_lengths(right) or (
+            _arange_row(left) and _count_column(right))):
         after = isinstance(op, (ast.Gt, ast.GtE))
-    elif _lengths(left) and _positions(right):
+    elif (_lengths(left) or (_count_column(left) and _arange_row(right))) and _positions(right):
         after = isinstance(op, (ast.Lt, ast.LtE))
     else:
         return None
@@ -909,6 +910,38 @@ def _positions(node: ast.AST) -> bool:
         return call_name(node) == "arange"
     words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
     return "arange" in words or "range" in words or "positions" in words
+
+
+def _arange_row(node: ast.AST) -> bool:
+    """`torch.arange(n)[None, :]`, `torch.arange(n)[None]`, `torch.arange(n).unsqueeze(0)`: a row
+    of positions made here, laid against one count per batch row."""
+    if isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        row = len(parts) in {1, 2} and is_none(parts[0]) and all(
+            isinstance(p, ast.Slice) and p.lower is None and p.upper is None for p in parts[1:])
+        inner = node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "unsqueeze") and len(node.args) == 1:
+        row, inner = number(node.args[0]) == 0, node.func.value
+    else:
+        return False
+    return row and isinstance(inner, ast.Call) and call_name(inner) == "arange"
+
+
+def _count_column(node: ast.AST) -> bool:
+    """`n_kept[:, None]`, `counts.unsqueeze(-1)`: one count per batch row, as a column (what
+    `arange(n)[None, :]` is compared with to mark the positions past each row's count)."""
+    if isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+        column = len(parts) == 2 and is_none(parts[1]) and isinstance(parts[0], ast.Slice) and (
+            parts[0].lower is None and parts[0].upper is None)
+        inner = node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "unsqueeze") and len(node.args) == 1:
+        column, inner = number(node.args[0]) in {1, -1}, node.func.value
+    else:
+        return False
+    return column and isinstance(inner, (ast.Name, ast.Attribute))
 
 
 def _lengths(node: ast.AST) -> bool:

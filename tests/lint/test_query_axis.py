@@ -275,3 +275,81 @@ def test_the_padding_mask_given_to_it_is_silent(found: Found) -> None:
 def test_two_constructions_with_other_layers_are_not_followed(found: Found) -> None:
     # `Wrapper(layer=Attn())` and `Wrapper(layer=nn.Identity())`: no one class to read
     assert found(INJECTED + "other = Wrapper(layer=nn.Identity())\n") == []
+
+
+def test_a_dtype_tested_mask_takes_the_modules_convention_on_purpose(found: Found) -> None:
+    # neuralforecast's PatchTST: `if attn_mask.dtype == torch.bool: masked_fill_(attn_mask, ...)
+    # else: scores += attn_mask` beside an SDPA branch; its callers pass no mask
+    tested = ATTEND.replace(
+        "        if mask is not None:\n            mask = mask[:, None, None, :]\n"
+        "            sim = sim.masked_fill(",
+        "        if mask is not None and mask.dtype == torch.bool:\n"
+        "            mask = mask[:, None, None, :]\n            sim = sim.masked_fill(")
+    assert tested != ATTEND
+    assert found(tested) == []
+
+
+# Held-out 21's token-pruned ViT: the padding mask of the kept tokens (`arange(w)[None, :] >
+# n_kept[:, None]`, True past each row's count) handed to blocks that give SDPA their `pad`.
+PRUNED = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def forward(self, q, k, v, pad=None):
+        if pad is None:
+            return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])
+
+
+def prune(x, n_kept):
+    width = int(n_kept.max())
+    pad = torch.arange(width, device=x.device)[None, :] >= n_kept[:, None]
+    return x[:, :width], pad
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = Block(), Block()
+
+    def forward(self, q, k, v, x, n_kept):
+        q = self.first(q, k, v)
+        x, pad = prune(x, n_kept)
+        return self.second(q, k, v, pad)
+'''
+
+
+def test_a_padding_mask_given_to_sdpa_through_a_parameter_named_pad(found: Found) -> None:
+    assert found(PRUNED) == [(10, "MC511")]
+
+
+def test_its_complement_is_silent(found: Found) -> None:
+    assert found(PRUNED.replace(">= n_kept[:, None]", "< n_kept[:, None]")) == []
+
+
+def test_a_neutral_name_is_reported_at_the_call(found: Found) -> None:
+    renamed = PRUNED.replace("pad=None", "m=None").replace("if pad is None", "if m is None")
+    renamed = renamed.replace("attn_mask=pad[", "attn_mask=m[")
+    assert found(renamed) == [(27, "MC511")]
+
+
+def test_positions_past_a_count_are_padding() -> None:
+    n_kept = torch.tensor([2, 3])
+    pad = torch.arange(3)[None, :] >= n_kept[:, None]
+    assert pad.tolist() == [[False, False, True], [False, False, False]]
+
+
+# Held-out 21's MSA row attention: a parameter named attention_mask, reshaped, as
+# key_padding_mask (MC502 at the module call, not only when it is passed untouched).
+def test_a_reshaped_hf_mask_as_key_padding_mask(found: Found) -> None:
+    source = ("import torch\nfrom torch import nn\n\n\nclass Row(nn.Module):\n"
+              "    def __init__(self, d):\n        super().__init__()\n"
+              "        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)\n\n"
+              "    def forward(self, x, attention_mask):\n        b, r, c, d = x.shape\n"
+              "        h = x.reshape(b * r, c, d)\n"
+              "        return self.attn(h, h, h,\n"
+              "                         key_padding_mask=attention_mask.reshape(b * r, c))\n")
+    assert found(source) == [(14, "MC502")]
+    assert found(source.replace("attention_mask.reshape", "(attention_mask == 0).reshape")) == []
