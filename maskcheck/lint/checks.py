@@ -4167,15 +4167,18 @@ class Linter:
         for entry in roles:
             held.setdefault(entry.position, {})[entry.role] = entry
         for by_role in held.values():
+            keep_api, drop_fill = by_role.get("keep-sdpa"), by_role.get("drop-fill")
+            drop_api = by_role.get("drop-sdpa") or by_role.get("drop-mha")
+            keep_fill = by_role.get("keep-fill")
+            if not ((keep_api is not None and drop_fill is not None and drop_fill.direct) or (
+                    drop_api is not None and keep_fill is not None and keep_fill.direct)):
+                continue
             if _dtype_tested(done.node, next(iter(by_role.values())).param):
                 # `if attn_mask.dtype == torch.bool: s.masked_fill_(attn_mask, -inf) else: s +=
                 # attn_mask`: the eager path takes nn.MultiheadAttention's convention on purpose
                 # (neuralforecast's PatchTST, whose callers pass no mask); which path is meant
                 # is not for the source to say
                 continue
-            keep_api, drop_fill = by_role.get("keep-sdpa"), by_role.get("drop-fill")
-            drop_api = by_role.get("drop-sdpa") or by_role.get("drop-mha")
-            keep_fill = by_role.get("keep-fill")
             if keep_api is not None and drop_fill is not None and drop_fill.direct:
                 line = getattr(keep_api.use, "lineno", 0)
                 self.report("MC519", drop_fill.use, f"{drop_fill.param} is a keep-mask where "
@@ -5336,6 +5339,14 @@ def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
     """The walk that records the calls (see `lint_tree`): the linter, its hits, and the
     classes and methods it had to know before their definition."""
     declared: _Declared = ({}, {}, {})
+    calls_by_class: _ClassCalls | None = None
+
+    def index() -> _ClassCalls:
+        nonlocal calls_by_class
+        if calls_by_class is None:
+            calls_by_class = _self_calls(tree)
+        return calls_by_class
+
     for walks in range(1, 4):  # a chain of such classes needs one more walk per link
         linter = Linter(enabled, source, path)
         linter.record_calls = True
@@ -5343,7 +5354,7 @@ def first_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str
         linter.declare_classes(*declared)
         hits = linter.run(tree)
         late = (_used_before_defined(tree, linter._class_roles, source),
-                _methods_called_above(tree, linter._method_values),
+                _methods_called_above(index(), linter._method_values),
                 _functions_called_above(tree, linter._function_roles))
         if not any(late) or late == declared or walks == 3:
             break
@@ -5367,27 +5378,42 @@ def _functions_called_above(tree: ast.AST, function_roles: dict[str, tuple[_Role
             and call.func.id in defined and call.lineno < defined[call.func.id]}
 
 
-def _methods_called_above(tree: ast.AST, method_roles: dict[tuple[str, str], Value]
+# Each class of a module (at any depth): its name, the line of each method of its body, and the
+# `self.name(...)` calls anywhere in it (name, line). Read once per module (`_self_calls`).
+_ClassCalls = list[tuple[str, dict[str, int], list[tuple[str, int]]]]
+
+
+def _self_calls(tree: ast.AST) -> _ClassCalls:
+    index: _ClassCalls = []
+    for node in subnodes(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        methods: dict[str, int] = {}
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                methods[item.name] = item.lineno  # the last definition's line
+        calls = [(call.func.attr, call.lineno) for call in subnodes(node)
+                 if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"]
+        index.append((node.name, methods, calls))
+    return index
+
+
+def _methods_called_above(index: _ClassCalls, method_roles: dict[tuple[str, str], Value]
                           ) -> dict[str, dict[str, Value]]:
     """The methods of `method_roles` that a method of their class calls as `self.name(...)` on
     a line above their definition, by class, with what `self.name` gives (their roles, what
-    their returns give)."""
+    their returns give). `index` is the module's `_self_calls`."""
     late: dict[str, dict[str, Value]] = {}
     if not method_roles:
         return late
-    classes = {cls for cls, _ in method_roles}
-    for node in subnodes(tree):
-        if not (isinstance(node, ast.ClassDef) and node.name in classes):
+    for cls, methods, calls in index:
+        defined = {name: line for name, line in methods.items() if (cls, name) in method_roles}
+        if not defined:
             continue
-        defined = {item.name: item.lineno for item in node.body if isinstance(
-            item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.name, item.name) in
-            method_roles}
-        for call in subnodes(node):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and (
-                    isinstance(call.func.value, ast.Name) and call.func.value.id == "self"
-                    and call.func.attr in defined and call.lineno < defined[call.func.attr]):
-                late.setdefault(node.name, {})[call.func.attr] = method_roles[
-                    (node.name, call.func.attr)]
+        for attr, line in calls:
+            if attr in defined and line < defined[attr]:
+                late.setdefault(cls, {})[attr] = method_roles[(cls, attr)]
     return late
 
 
