@@ -978,15 +978,18 @@ class Linter:
         for scope in self.scopes:
             self._flush_softmaxed(scope)
         self.hits.sort(key=lambda h: (h.line, h.col, h.code))
-        # MC514 is reported once where the layout is made, though a second walk may take one
-        # report from the first walk's statements and make another from its own
+        # One finding per code and place, the first reported: MC514 is reported where the
+        # layout is made, from every use (a second walk may take one report from the first
+        # walk's statements and make another); a mask a partial binds is checked where it is
+        # bound and where it is called; a fill of a parameter every call gives a keep-mask is
+        # reported by its own reading and by the calls'.
         kept: list[Hit] = []
-        made: set[tuple[int, int]] = set()
+        made: set[tuple[str, int, int]] = set()
         for hit in self.hits:
-            if hit.code == "MC514":
-                if (hit.line, hit.col) in made:
-                    continue
-                made.add((hit.line, hit.col))
+            key = (hit.code, hit.line, hit.col)
+            if key in made:
+                continue
+            made.add(key)
             kept.append(hit)
         self.hits = kept
         return self.hits
@@ -1812,6 +1815,13 @@ class Linter:
                     self._mha_call(call, module.module)
                     self._inverted_kwargs(call)
             return
+        if name == "partial" and len(call.args) == 1 and call.keywords and self.value(
+                call.args[0]).api == "scaled_dot_product_attention":
+            # `partial(F.scaled_dot_product_attention, attn_mask=m)` returned or stored: the
+            # mask it binds is checked where it is bound (its calls may be out of sight); a
+            # call of it in sight checks the same keywords again (one finding, see `_finish`)
+            self._sdpa(ast.copy_location(ast.Call(call.args[0], [], [
+                kw for kw in call.keywords if kw.arg == "attn_mask"]), call))
         if name == "scaled_dot_product_attention" and self._own_call(call):
             pass  # the file's own function of that name: what it does is read from its body
         elif name in {"masked_fill", "masked_fill_"}:
@@ -2875,7 +2885,8 @@ class Linter:
                     target is not None and target_facts.dtype is None
                     and self._is_scores(target) and self._casts_half())):
             how = "" if target_facts.dtype in HALF_DTYPES else " (the tensor's dtype may be one)" \
-                if target_facts.maybe_half else " (this file casts its model to a half dtype)"
+                if target_facts.maybe_half else (
+                    " (this file casts its model to a half dtype or autocasts to one)")
             self.report("MC517", value, f"{self._text(value)} is the float32 minimum: filling a "
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
@@ -2985,7 +2996,9 @@ class Linter:
             v = self.value(node).number  # `self.mask_value` bound to a constant
         if v is not None:
             return v <= -1000
-        return is_finfo_min(node, self.lookup)
+        # `max_neg_value(sim)` of a helper returning `-torch.finfo(t.dtype).max`
+        return is_finfo_min(node, self.lookup) or (
+            isinstance(node, ast.Call) and self.value(node).finfo_min)
 
     def _where(self, call: ast.Call) -> None:
         # `torch.tensor(-1e10, dtype=w.dtype)` is a 0-d tensor, which does not promote a

@@ -55,10 +55,14 @@ _TEST_DIRECTORIES = frozenset({"test", "tests", "testing"})
 # masked_softmax warns that half precision breaks it, in a project that never runs float16.)
 FLOAT16_WORDS = re.compile(FLOAT16_EVIDENCE.pattern + rb"|(?i:half.precision)")
 # A source that casts a model or tensor to a half dtype itself (`.half()`, `.bfloat16()`,
-# `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`): MC517 then reads scores of a dtype
-# the file does not show as possibly half (lerobot's pi0 `to_bfloat16`, PR #710).
+# `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`, an autocast to one): MC517 then reads
+# scores of a dtype the file does not show as possibly half (lerobot's pi0 `to_bfloat16`, PR
+# #710).
 HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(?:float16|half"
-                       r"|bfloat16)\b|torch_dtype\s*=\s*torch\.(?:float16|half|bfloat16)\b")
+                       r"|bfloat16)\b|torch_dtype\s*=\s*torch\.(?:float16|half|bfloat16)\b"
+                       # `torch.autocast(device_type=..., dtype=torch.float16)` around its model
+                       r"|autocast\((?:[^()]|\([^()]*\))*?dtype\s*=\s*torch\.(?:float16|half"
+                       r"|bfloat16)\b")
 SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json", ".toml",
                                ".cfg", ".ini", ".sh", ".md", ".rst", ".txt"})
 # Past these, the project is not read further and counts as one that may run float16.

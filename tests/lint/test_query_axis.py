@@ -353,3 +353,79 @@ def test_a_reshaped_hf_mask_as_key_padding_mask(found: Found) -> None:
               "                         key_padding_mask=attention_mask.reshape(b * r, c))\n")
     assert found(source) == [(14, "MC502")]
     assert found(source.replace("attention_mask.reshape", "(attention_mask == 0).reshape")) == []
+
+
+# Held-out 22's shapes: a helper's `-torch.finfo(t.dtype).max` as the fill (x-transformers'
+# max_neg_value), a partial of SDPA returned with its mask bound, and a file that autocasts its
+# model to float16 elsewhere.
+NEG = '''import torch
+from torch import nn
+
+
+def max_neg_value(t):
+    return -torch.finfo(t.dtype).max
+
+
+class Attention(nn.Module):
+    def forward(self, sim, attention_mask=None):
+        mask = attention_mask[:, None, None, :].bool()
+        return sim.masked_fill(mask, max_neg_value(sim)).softmax(-1)
+
+
+def run(model, tokenizer, sim):
+    enc = tokenizer(["a b", "c"], return_tensors="pt", padding=True)
+    return model(sim, attention_mask=enc["attention_mask"])
+'''
+
+
+def test_a_helpers_finfo_fill_is_a_masking_fill(found: Found) -> None:
+    assert found(NEG) == [(12, "MC519")]
+    assert found(NEG.replace("masked_fill(mask,", "masked_fill(~mask,")) == []
+
+
+PARTIAL = '''from functools import partial
+
+import torch.nn.functional as F
+
+
+def build(ids, pad_id):
+    keep = ids != pad_id
+    return partial(F.scaled_dot_product_attention, attn_mask=keep[:, None, None, :].float())
+'''
+
+
+def test_a_mask_bound_into_a_returned_partial(found: Found) -> None:
+    assert found(PARTIAL) == [(8, "MC508")]
+    assert found(PARTIAL.replace(".float()", "")) == []
+
+
+def test_a_partial_called_in_sight_gives_one_finding(found: Found) -> None:
+    called = PARTIAL.replace("    return partial(", "    attend = partial(") + (
+        "    return attend(ids, ids, ids)\n")
+    assert found(called) == [(8, "MC508")]
+
+
+AMP = '''import torch
+
+
+def attend(q, k, v, pad):
+    scores = q @ k.transpose(-2, -1)
+    scores = scores.masked_fill(pad[:, None, None, :], torch.finfo(torch.float32).min)
+    return scores.softmax(-1) @ v
+
+
+def step(model, batch):
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        return model(batch)
+'''
+
+
+def test_a_file_that_autocasts_to_float16_may_fill_half_scores(found: Found) -> None:
+    assert found(AMP) == [(6, "MC517")]
+    assert found(AMP.replace("dtype=torch.float16", "dtype=torch.float32")) == []
+
+
+def test_the_float32_minimum_raises_on_a_half_tensor() -> None:
+    scores = torch.zeros(2, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="overflow"):
+        scores.masked_fill(torch.tensor([True, False]), torch.finfo(torch.float32).min)
