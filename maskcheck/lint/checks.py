@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
-from maskcheck.conventions import name_hint
+from maskcheck.conventions import KEEP_WORDS, NOT_A_MASK_WORDS, name_hint
 from maskcheck.lint.inline import template as inline_template
 from maskcheck.lint.project import FLOAT16_WORDS, HALF_CAST, mentions_float16
 from maskcheck.lint.values import (
@@ -672,7 +672,7 @@ class _Checkpoint(NamedTuple):
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
-            "_rsub_done", "_class_triu", "_nested_triu", "_query_axis_made")
+            "_rsub_done", "_class_triu", "_nested_triu")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
@@ -767,7 +767,6 @@ class Linter:
         # its returns give); declared, as roles are, for a call above the definition
         # (hyunwoongko/transformer's `forward` calling `self.make_src_mask` defined below it).
         self._method_values: dict[tuple[str, str], Value] = {}
-        self._query_axis_made: set[tuple[int, int, int]] = set()  # MC514 reported there
         self._declared_methods: dict[str, dict[str, Value]] = {}
         self._file_casts_half: bool | None = None  # see `_casts_half`
         # The same for the module's functions (a helper at the bottom of the file).
@@ -2857,9 +2856,7 @@ class Linter:
         return v is not None and math.isfinite(v) and v < -FP16_MAX
 
     def _masked_fill(self, call: ast.Call, name: str, parent: ast.AST | None = None) -> None:
-        module_form = module_dotted(call.func) == "torch.masked_fill"
-        target = call.args[0] if module_form and call.args else receiver(call)
-        shift = 1 if module_form else 0
+        target, shift = _fill_target(call)
         value = argument(call, 1 + shift, "value")
         condition = argument(call, 0 + shift, "mask")
         target_facts = self.value(target) if target is not None else UNKNOWN
@@ -2973,14 +2970,12 @@ class Linter:
 
     def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
         """MC514: a (batch, sequence) padding mask laid out as (B, 1, L, 1) hides query rows.
-        Reported once, where that layout is made (the fix goes there), naming this use."""
+        Reported where that layout is made (the fix goes there), naming this use; `_finish`
+        keeps the first use's report of each place."""
         made = self.value(mask).layout_at
-        if made is not None and made in self._query_axis_made:
-            return
         at: ast.AST = mask
         use = ""
         if made is not None:
-            self._query_axis_made.add(made)
             at = ast.Name("mask", lineno=made[0], col_offset=made[1], end_lineno=made[2])
             if made[0] != getattr(mask, "lineno", made[0]):
                 use = f" (line {getattr(mask, 'lineno', 1)})"
@@ -4031,7 +4026,7 @@ class Linter:
         self._keep_mask_read_as_drop(call, roles)
         self._padding_mask_read_as_keep(call, roles)
         self._bool_subtracted(call, roles)
-        self._query_axis_passed(call, roles, callee)
+        self._query_axis_passed(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and (entry.role in {"add", "mul", "addmin"}
@@ -4151,15 +4146,15 @@ class Linter:
                             "positions get the masking value and the masked ones -inf; pass "
                             "the 1/0 mask (`tril(ones)`) or add the additive one")
 
-    def _query_axis_passed(self, call: ast.Call, roles: tuple[_Role, ...],
-                           callee: object) -> None:
+    def _query_axis_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (B, 1, L, 1) padding mask passed to a function that fills with its parameter or
         hands it to SDPA (MC514), reported at the argument (hyunwoongko/transformer's
         `make_src_mask` result handed down to the attention that fills)."""
         for entry in roles:
-            if entry.role not in _QUERY_AXIS_ROLES or (
-                    entry.role in _USE_SITE_ROLES and (callee, entry.param) in self.use_site):
-                continue  # (reported at the use, where the parameter holds the mask)
+            # (fill and SDPA roles are never use-site roles, and a layout is not seeded: the
+            # call is where the mask is seen)
+            if entry.role not in _QUERY_AXIS_ROLES:
+                continue
             arg = _role_argument(call, entry)
             if arg is not None and self.value(arg).layout == "B1S1" and (
                     entry.role.endswith("sdpa") or self._fills_scores(entry.use)):
@@ -4216,8 +4211,7 @@ class Linter:
         if not isinstance(fill, ast.Call) or call_name(fill) not in {"masked_fill",
                                                                       "masked_fill_"}:
             return False
-        module_form = module_dotted(fill.func) == "torch.masked_fill"
-        target = fill.args[0] if module_form and fill.args else receiver(fill)
+        target = _fill_target(fill)[0]
         return target is not None and _is_score_name(target)
 
     def _padding_mask_read_as_keep(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
@@ -4599,6 +4593,14 @@ def _not_none_test(test: ast.expr) -> str | None:
     return None
 
 
+def _fill_target(call: ast.Call) -> tuple[ast.expr | None, int]:
+    """The tensor a masked_fill call fills, and where its own arguments start: `x.masked_fill(m,
+    v)` (0) or `torch.masked_fill(x, m, v)` (1)."""
+    if module_dotted(call.func) == "torch.masked_fill":
+        return (call.args[0] if call.args else None), 1
+    return receiver(call), 0
+
+
 def _assigned_to_scores(call: ast.Call, parent: ast.AST | None) -> bool:
     """`scores = <call>` (or `scores: T = <call>`): the fill's result is bound to a name of
     scores."""
@@ -4614,8 +4616,8 @@ def _says_padding(name: str) -> bool:
     if hint is not None and hint.bool_convention is not None:
         return hint.bool_convention == "bool-true-masked"
     words = set(re.split(r"[^a-z]+", name.lower()))
-    return bool(words & {"pad", "padding", "padded"}) and not words & {
-        "keep", "valid", "visible", "len", "lens", "length", "lengths", "idx", "id", "size"}
+    return bool(words & {"pad", "padding", "padded"}) and words.isdisjoint(
+        KEEP_WORDS | NOT_A_MASK_WORDS)
 
 
 def _role_argument(call: ast.Call, entry: _Role) -> ast.expr | None:

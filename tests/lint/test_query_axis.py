@@ -26,6 +26,9 @@ def test_the_query_axis_layout_leaves_the_padding_keys_visible() -> None:
     assert torch.allclose(rows[0, 0, 2], torch.full((4,), 0.25))  # padded query rows uniform
     keys = _fill((src != 0).unsqueeze(1).unsqueeze(2))
     assert keys[0, 0, 0, 3] == 0  # on the key axis the padding keys get no weight
+    rows_inf = torch.zeros(1, 1, 4, 4).masked_fill(
+        (src == 0).unsqueeze(1).unsqueeze(3), float("-inf")).softmax(-1)
+    assert torch.isnan(rows_inf[0, 0, 2]).all()  # with -inf the padded query rows are NaN
 
 
 def test_sdpa_with_the_query_axis_mask_lets_real_queries_see_padding() -> None:
