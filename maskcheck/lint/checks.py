@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from maskcheck.conventions import KEEP_WORDS, NOT_A_MASK_WORDS, name_hint
 from maskcheck.lint.inline import template as inline_template
-from maskcheck.lint.project import FLOAT16_WORDS, HALF_CAST, mentions_float16
+from maskcheck.lint.project import FLOAT16_WORDS, casts_half, mentions_float16
 from maskcheck.lint.values import (
     ATTENTION_CLASSES,
     AUTOCAST,
@@ -3118,7 +3118,7 @@ class Linter:
         `.bfloat16()`, `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`): scores of a
         dtype it does not show may be half (lerobot's pi0 `to_bfloat16`, PR #710)."""
         if self._file_casts_half is None:
-            self._file_casts_half = HALF_CAST.search(self.source) is not None
+            self._file_casts_half = casts_half(self.source)
         return self._file_casts_half
 
     def _torch_mha(self, annotation: ast.expr | None) -> bool:

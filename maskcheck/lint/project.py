@@ -63,6 +63,23 @@ HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(
                        # `torch.autocast(device_type=..., dtype=torch.float16)` around its model
                        r"|autocast\((?:[^()]|\([^()]*\))*?dtype\s*=\s*torch\.(?:float16|half"
                        r"|bfloat16)\b")
+_AUTOCAST_OFF = re.compile(rb"enabled\s*=\s*False")
+
+
+def casts_half(source: str) -> bool:
+    """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`), not
+    counting an autocast switched off in its call (`autocast(..., dtype=torch.float16,
+    enabled=False)`)."""
+    for match in HALF_CAST.finditer(source):
+        if not match.group().startswith("autocast("):
+            return True
+        data = source.encode("utf-8", "replace")
+        start = len(source[:match.start()].encode("utf-8", "replace")) + len(b"autocast(")
+        if not _AUTOCAST_OFF.search(_call_arguments(data, start)):
+            return True
+    return False
+
+
 SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json", ".toml",
                                ".cfg", ".ini", ".sh", ".md", ".rst", ".txt"})
 # Past these, the project is not read further and counts as one that may run float16.

@@ -426,6 +426,7 @@ def step(model, batch):
 def test_a_file_that_autocasts_to_float16_may_fill_half_scores(found: Found) -> None:
     assert found(AMP) == [(6, "MC517")]
     assert found(AMP.replace("dtype=torch.float16", "dtype=torch.float32")) == []
+    assert found(AMP.replace("dtype=torch.float16", "dtype=torch.float16, enabled=False")) == []
 
 
 def test_the_float32_minimum_raises_on_a_half_tensor() -> None:
