@@ -1579,9 +1579,11 @@ class Linter:
         roles = tuple(done.param_roles.values())
         if roles:
             self._contradicting_roles(done, roles)
-        if self.record_calls and done.key is not None and roles:
-            self.role_params.setdefault(done.key, set()).update(r.param for r in roles)
-            for r in roles:
+        # (the attn_mask layout roles read no value a seed could give: they stay out of seeding)
+        seeded_roles = [r for r in roles if r.role not in _LAYOUT_ROLES]
+        if self.record_calls and done.key is not None and seeded_roles:
+            self.role_params.setdefault(done.key, set()).update(r.param for r in seeded_roles)
+            for r in seeded_roles:
                 self.role_kinds.setdefault((done.key, r.param), set()).add(r.role)
         result = _result_of(done)
         if result is None:
@@ -3324,8 +3326,11 @@ class Linter:
 
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
+        self._note_layout_role(mask, "shape-mha")
         self._float_mask_argument(mask, "MultiheadAttention")
         facts = self.value(mask)
+        if facts.layout == "BS":
+            self._padding_as_attn_mask(mask, "shape-mha")
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
             where = _BELOW.get(facts.tri or "", "on and below")
             self.report("MC521", mask, f"{self._text(mask)} is True {where} the diagonal, but "
@@ -3785,7 +3790,10 @@ class Linter:
                         "every key")
         if mask is None or is_none(mask):
             return
+        self._note_layout_role(mask, "shape-sdpa")
         facts = self.value(mask)
+        if facts.layout == "BS":
+            self._padding_as_attn_mask(mask, "shape-sdpa")
         if facts.layout == "B1S1":
             self._query_axis_padding(mask, "SDPA's attn_mask")
         elif facts.hf_keep_inverted:
@@ -4027,6 +4035,7 @@ class Linter:
         self._padding_mask_read_as_keep(call, roles)
         self._bool_subtracted(call, roles)
         self._query_axis_passed(call, roles)
+        self._padding_as_attn_mask_passed(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and (entry.role in {"add", "mul", "addmin"}
@@ -4037,6 +4046,8 @@ class Linter:
                     entry.role.endswith("-fill")) else None)
             elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
                 self._note_role(passed, entry.role, raw=True)
+            elif passed is not None and entry.role in _LAYOUT_ROLES:
+                self._note_layout_role(passed, entry.role)
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
                 self._note_role(passed, "rsub", follow=False, use=entry.use)
         if self._float_mask_passed(call, name, roles):
@@ -4145,6 +4156,56 @@ class Linter:
                             f"`{self._text(entry.use)}` reads it as a 1/0 keep mask: the kept "
                             "positions get the masking value and the masked ones -inf; pass "
                             "the 1/0 mask (`tril(ones)`) or add the additive one")
+
+    def _padding_as_attn_mask(self, mask: ast.AST, role: str, passed: str = "") -> None:
+        """MC515: a (batch, seq) padding mask given as it is to SDPA's or MultiheadAttention's
+        attn_mask, which read a 2-D mask as (queries, keys) (conventions.md 2.6). `passed`
+        says which function of this file hands it on."""
+        text = self._text(mask)
+        if role == "shape-sdpa":
+            self.report("MC515", mask, f"{text} is a (batch, seq) padding mask{passed}, and "
+                        "scaled_dot_product_attention reads a 2-D attn_mask as (queries, keys): "
+                        "query i of every sequence gets sequence i's padding (it raises unless "
+                        "batch == queries); add the head and query axes (`[:, None, None, :]`)")
+        else:
+            self.report("MC515", mask, f"{text} is a (batch, seq) padding mask{passed}, but "
+                        "MultiheadAttention's attn_mask is (queries, keys): it raises unless "
+                        "batch == queries, and then hides sequence i's padding from query i of "
+                        "every sequence; pass it as key_padding_mask")
+
+    def _note_layout_role(self, mask: ast.AST, role: str) -> None:
+        """A parameter this function hands to SDPA's or MHA's attn_mask with its axes as the
+        caller passed them (through casts and inversions, not through indexing or reshapes):
+        a caller's (batch, seq) padding mask arrives there as (queries, keys)."""
+        node = mask
+        for _ in range(8):
+            inner = _inverted_operand(node)
+            if inner is not None:
+                node = inner
+            elif isinstance(node, ast.Call) and receiver(node) is not None and (
+                    call_name(node) in _LAYOUT_KEEPING_CASTS):
+                node = receiver(node) or node
+            else:
+                break
+        scope = self.scope
+        if not isinstance(node, ast.Name) or scope.kind != "function" or not scope.name or (
+                node.id not in scope.params or node.id in scope.assigned):
+            return
+        position = scope.params.index(node.id) - (1 if scope.method else 0)
+        if position >= 0:
+            scope.param_roles.setdefault((position, role),
+                                         _Role(position, role, mask, node.id))
+
+    def _padding_as_attn_mask_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A (batch, seq) padding mask passed for a parameter that the function hands, axes
+        unchanged, to SDPA's or MHA's attn_mask (MC515), reported at the argument."""
+        for entry in roles:
+            arg = _role_argument(call, entry) if entry.role in _LAYOUT_ROLES else None
+            if arg is not None and self.value(arg).layout == "BS":
+                name = call_name(call) or "the function"
+                self._padding_as_attn_mask(arg, entry.role, f" and {name}() hands it on as "
+                                           f"attn_mask ({entry.param})")
+                return
 
     def _query_axis_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (B, 1, L, 1) padding mask passed to a function that fills with its parameter or
@@ -4746,6 +4807,12 @@ def _seedable(facts: Value) -> Value:
 _BELOW = {"lower": "on and below", "slower": "below"}  # where a lower triangle's True entries sit
 # The roles in which a (B, 1, L, 1) padding mask hides query rows: a fill condition, SDPA's mask.
 _QUERY_AXIS_ROLES = frozenset({"keep-fill", "drop-fill", "keep-sdpa", "drop-sdpa"})
+# The roles in which a (B, S) padding mask is read as (queries, keys): attn_mask as it is.
+_LAYOUT_ROLES = frozenset({"shape-sdpa", "shape-mha"})
+# Casts that keep a tensor's axes (and a mask's meaning up to its direction).
+_LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "long", "int",
+                                   "type", "type_as", "contiguous", "detach", "clone", "cuda",
+                                   "cpu", "logical_not"})
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",

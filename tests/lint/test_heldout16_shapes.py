@@ -136,7 +136,11 @@ def test_kwargs_to_sdpa_are_checked_as_sdpa_keywords(found: Found) -> None:
         "**attn_kwargs)").replace(
         'key_padding_mask=features["attention_mask"].bool()',
         'attn_mask=features["attention_mask"], is_causal=True')
-    assert found(to_sdpa) == [(12, "MC506")]
+    # (the (batch, seq) mask reaches attn_mask without its head and query axes: MC515 too)
+    assert found(to_sdpa) == [(12, "MC506"), (12, "MC515")]
+    fixed = to_sdpa.replace('features["attention_mask"],',
+                            'features["attention_mask"][:, None, None, :],')
+    assert found(fixed) == [(12, "MC506")]
 
 
 def test_mha_reads_true_as_padding() -> None:
