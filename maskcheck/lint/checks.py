@@ -25,6 +25,7 @@ from maskcheck.lint.values import (
     BF16_MAX,
     BOOL_ANNOTATED,
     COLLATED_MASK_KEYS,
+    FIELD,
     FLOAT_DTYPES,
     FP16_MAX,
     HALF_DTYPES,
@@ -860,6 +861,13 @@ class Linter:
             return _AUTOCAST_VALUES[self.scope.autocast]
         if name.startswith("self."):
             return self._lookup_self(name[5:])
+        if name.startswith("super()."):  # the base class's method, in the class's scope
+            return self._lookup_self(name[8:], "super().")
+        if name.startswith(FIELD):  # `inputs.src_mask == 0` of `inputs: EncoderInputs`
+            head, _, attr = name[len(FIELD):].partition(".")
+            fields = self.scope.fields.get(head)
+            return fields[attr] if fields is not None and attr in fields and (
+                head not in self.scope.assigned) else UNKNOWN
         for depth, scope in enumerate(reversed(self.scopes)):
             if depth and scope.kind == "class":
                 continue
@@ -870,8 +878,8 @@ class Linter:
                 return UNKNOWN
         return UNKNOWN
 
-    def _lookup_self(self, attr: str) -> Value:
-        key = "self." + attr
+    def _lookup_self(self, attr: str, prefix: str = "self.") -> Value:
+        key = prefix + attr
         for scope in reversed(self.scopes):
             if key in scope.values:
                 return scope.values[key]
@@ -1148,7 +1156,10 @@ class Linter:
                 dotted(base) or "autograd") for base in node.bases))
         for base in node.bases:  # a mixin of this file above: its methods are `self.` ones too
             if isinstance(base, ast.Name) and base.id in self._class_attrs:
-                scope.values.update(self._class_attrs[base.id])
+                inherited = self._class_attrs[base.id]
+                scope.values.update(inherited)
+                scope.values.update({"super()." + key[5:]: value for key, value in (
+                    inherited.items()) if key.startswith("self.")})
         for method, known in self._declared_methods.get(node.name, {}).items():
             scope.values["self." + method] = known  # defined below its calls
         self.scopes.append(scope)
@@ -1392,7 +1403,7 @@ class Linter:
                 elif func.id in self._local_defs:
                     key = ("", func.id)  # a function, or a class (its __init__)
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            if func.value.id == "self":
+            if func.value.id in {"self", "cls"}:  # (`cls.helper(...)` in a classmethod)
                 module = self.lookup("self." + func.attr).module
                 cls = self._class_scope()
                 if module in self._local_defs:
@@ -1654,10 +1665,17 @@ class Linter:
                 held = done.values.get("self." + key)  # (what `self.name` reads, see above)
                 if held:
                     self.bind(f"{done.name}.{key}", Value(result=held, prop=True))
-        if done.kind == "class" and done.name and (
-                forward := done.values.get("self.forward")) and forward.inline is not None:
-            self.bind(f"{done.name}.forward", Value(inline=replace(
-                forward.inline, foreign=True)))  # `self.embed(x)` of another class
+        for called in ("forward", "__call__"):
+            # `self.embed(x)` of another class: what its forward (or a plain class's __call__,
+            # a `CausalMaskBuilder()` instance) gives
+            if done.kind != "class" or not done.name or not (
+                    forward := done.values.get("self." + called)):
+                continue
+            if forward.inline is not None:
+                self.bind(f"{done.name}.{called}", Value(inline=replace(
+                    forward.inline, foreign=True)))
+            elif called == "__call__" and isinstance(forward.result, Value):
+                self.bind(f"{done.name}.{called}", Value(result=forward.result))
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
@@ -1815,6 +1833,11 @@ class Linter:
                 if module.mha:
                     self._mha_call(call, module.module)
                     self._inverted_kwargs(call)
+            if isinstance(call.func, ast.Subscript) and self._roles_known:
+                # `self.attn[self.impl](q, k, v, mask)`: one element of a container of modules
+                picked = self.value(call.func.value).element_roles
+                if picked:
+                    self._helper_call(call, picked)
             return
         if name == "partial" and len(call.args) == 1 and call.keywords and self.value(
                 call.args[0]).api == "scaled_dot_product_attention":
@@ -1877,9 +1900,10 @@ class Linter:
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
         func = call.func
+        # (`cls.expand_mask(...)` in a classmethod calls the class's own method, as self. does)
         callee = func.id if isinstance(func, ast.Name) else (
             "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
-                func.value, ast.Name) and func.value.id == "self" else None)
+                func.value, ast.Name) and func.value.id in {"self", "cls"} else None)
         if callee is not None and self._roles_known:  # a function of the file, or an instance
             callee_value = self.lookup(callee)
             roles = callee_value.param_roles or (
@@ -2062,6 +2086,15 @@ class Linter:
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
+        elif elements is None and (classes := _dispatch_classes(value)):
+            # `nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})`: an element
+            # picked at run time may be any of them, so a call of one does what each does
+            joined: dict[tuple[int, str], _Role] = {}
+            for name in classes:
+                for role in self._class_roles.get(name, ()):
+                    joined.setdefault((role.position, role.role), role)
+            if joined:
+                facts = replace(facts, element_roles=tuple(joined.values()))
         if elements is not None and elements in self._local_defs:
             facts = replace(facts, element_module=elements)
         attention = _container_attention(value)
@@ -3740,7 +3773,11 @@ class Linter:
         return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
 
     def _sdpa(self, call: ast.Call) -> None:
-        self._note_forwarded_kwargs(call, "kwargs-sdpa")
+        flag = argument(call, 5, "is_causal")
+        # a wrapper that sets is_causal itself (True here) and forwards its callers' keywords:
+        # a caller's attn_mask meets the flag (MC506 at that call)
+        self._note_forwarded_kwargs(call, "kwargs-sdpa-causal" if flag is not None and (
+            is_true(flag) or self.value(flag).flag is True) else "kwargs-sdpa")
         call = self._spread_kwargs(call)
         held = dotted(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
         bound = self.lookup(held).bound if held is not None else ()
@@ -4009,6 +4046,8 @@ class Linter:
         else:
             # Located where the mask is given: in the call, or in the dict it spreads.
             at = next((kw.value for kw in keywords if kw.arg == "attn_mask"), call)
+            if entry.role == "kwargs-sdpa-causal" and all(kw.arg != "is_causal" for kw in keywords):
+                keywords.append(ast.keyword("is_causal", ast.copy_location(ast.Constant(True), at)))
             sdpa = ast.copy_location(ast.Name("scaled_dot_product_attention", ast.Load()), at)
             self._sdpa(ast.copy_location(ast.Call(sdpa, [], keywords), at))
 
@@ -4521,6 +4560,20 @@ def _container_class(value: ast.expr) -> str | None:
         isinstance(m, ast.Call) for m in made) else None
 
 
+def _dispatch_classes(value: ast.expr) -> list[str]:
+    """`nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})` (or `dict(...)`
+    keywords, or a ModuleList of a literal list): the classes its elements are instances of,
+    when every element is a call of a name."""
+    if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleDict", "ModuleList"}
+            and len(value.args) == 1):
+        return []
+    arg = value.args[0]
+    made = list(arg.values) if isinstance(arg, ast.Dict) else list(arg.elts) if isinstance(
+        arg, (ast.List, ast.Tuple)) else []
+    names = [m.func.id for m in made if isinstance(m, ast.Call) and isinstance(m.func, ast.Name)]
+    return names if made and len(names) == len(made) else []
+
+
 def _container_attention(value: ast.expr) -> str | None:
     """`nn.ModuleList([nn.MultiheadAttention(d, h) for _ in range(n)])` (or a generator, or a
     list of such calls): the torch attention module every element is."""
@@ -4784,7 +4837,9 @@ _SEED_FACTS = frozenset({
     "wide_finfo", "dtype", "namespace",
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
-    "module", "mha"})
+    "module", "mha",
+    # a (batch, 1, seq, 1) padding layout and where it was made (MC514 is reported there)
+    "layout", "layout_at"})
 
 
 def _seedable(facts: Value) -> Value:
@@ -4796,8 +4851,14 @@ def _seedable(facts: Value) -> Value:
         kept.pop("dtype", None)  # a data tensor's float dtype: MC501's own second walk
     if facts.number is not None and not facts.number < -FP16_MAX:
         kept.pop("number", None)  # only a masking value is read from a number
-    if facts.flag is not True:
-        kept.pop("flag", None)  # only `is_causal`-style flags that are on are read
+    if facts.flag is None:
+        kept.pop("flag", None)
+    if facts.layout != "B1S1":
+        # (a (batch, seq) layout stays with its maker: MC515 reads it at the calls it is
+        # passed to, and a seed would report it a second time inside the function)
+        kept.pop("layout", None)
+        kept.pop("layout_at", None)
+    # (a False flag is kept: `A(is_causal=False)` overrides the parameter's default True)
     return Value(**kept)
 
 

@@ -202,6 +202,9 @@ class Value:
 
 _NO_FIELD = object()
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Value)}
+# The prefix of a lookup that asks for a record's field (`inputs.src_mask` of a parameter
+# annotated with a NamedTuple or dataclass of the file), which only such fields answer.
+FIELD = "field:"
 
 
 _T = TypeVar("_T")
@@ -644,6 +647,9 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         if known:
             return known
     if isinstance(node.value, ast.Name) and node.value.id not in _MODULE_ROOTS:
+        field = lookup(f"{FIELD}{node.value.id}.{node.attr}")
+        if field:  # `inputs.src_mask` of `inputs: EncoderInputs`, a record of this file
+            return field
         owner = lookup(node.value.id).module
         if owner is not None:  # an instance of a class of this file: one of its properties
             held = lookup(f"{owner}.{node.attr}")
@@ -1168,11 +1174,15 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return _applied_to_last_position(call, name, lookup)
     if name not in _KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
         return Value(last_position=True)
-    if isinstance(base_node, ast.Name) and base_node.id == "self" and isinstance(
+    by_super = isinstance(base_node, ast.Call) and isinstance(base_node.func, ast.Name) and (
+        base_node.func.id == "super") and not base_node.args
+    if (by_super or (isinstance(base_node, ast.Name) and base_node.id == "self")) and isinstance(
             call.func, ast.Attribute):
-        method = lookup("self." + call.func.attr)
+        # `super().build_bias(...)`: the base class's method, which an override hides from self
+        method = lookup(("super()." if by_super else "self.") + call.func.attr)
         if method.module is not None and method.inline is None:
-            method = lookup(method.module + ".forward")  # `self.embed(x, m)`: its forward
+            # `self.embed(x, m)`: its forward (a plain class's instance: its __call__)
+            method = lookup(method.module + ".forward") or lookup(method.module + ".__call__")
         if method.inline is not None and (read := _inlined(method, call, lookup)):
             return read
         if isinstance(method.result, Value):
