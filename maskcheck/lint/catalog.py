@@ -339,6 +339,27 @@ BUFFER_MUTATED_IN_FORWARD = register(RuleInfo(
     "        return x + mask",
     "use the out-of-place masked_fill and keep the buffer unchanged",
 ))
+EMPTY_ROWS = register(RuleInfo(
+    "MC507", "softmax-of-empty-row", E, "source",
+    "Scores filled with -inf where a pair mask is False, then softmax: padded queries' rows are "
+    "NaN.",
+    "A pair mask, the outer product of a mask on the query axis and one on the key axis "
+    "(`keep[:, :, None] & keep[:, None, :]`), or any mask AND-ed with one on the query axis "
+    "(`pair & keep[..., None]`), is False on the whole row of every padded query. "
+    "Filled with -inf, that row is all -inf, and softmax of it is NaN (0 / 0; "
+    "pytorch/pytorch#103749, Biohub/esm#299). The NaN does not stay there: the next layer "
+    "reads the padded token as a key and value, and `weights @ v` multiplies its NaN by the "
+    "weight 0, which is NaN for every token. Reported where the -inf fill's condition is "
+    "such a product and the scores go to softmax, unless the function mends NaN (`nan_to_num`, "
+    "`isnan`, a later `torch.where` or zero fill of the weights). SDPA is not reported: on the "
+    "CPU its softmax returns zeros for such rows (torch 2.13).",
+    "pair = keep[:, :, None] & keep[:, None, :]\n"
+    "scores = scores.masked_fill(~pair, float('-inf'))\n"
+    "weights = scores.softmax(dim=-1)",
+    "scores = scores.masked_fill(~keep[:, None, :], float('-inf'))\n"
+    "weights = scores.softmax(dim=-1)",
+    "mask only the keys (`keep[:, None, :]`), or fill with torch.finfo(scores.dtype).min",
+))
 KEEP_MASK_AS_ADDITIVE = register(RuleInfo(
     "MC508", "keep-mask-as-additive", E, "source",
     "A 0/1 mask (a tokenizer's attention_mask, a bool mask cast to float) used as an additive "

@@ -2581,6 +2581,40 @@ class Linter:
         return isinstance(node, ast.Name) and node.id in self.scope.params and any(
             _ATTENTION_NAME.search(scope.name) for scope in self.scopes if scope.name)
 
+    def _empty_rows(self, call: ast.Call, condition: ast.AST, value: ast.AST,
+                    target: ast.AST | None, parent: ast.AST | None) -> None:
+        """MC507: scores filled with -inf where a pair mask (the outer product of a query-axis
+        and a key-axis keep-mask) is False, then softmax: every padded query's row is all -inf,
+        softmax makes it NaN (pytorch/pytorch#103749, Biohub/esm#299), and the next layer's
+        `weights @ v` spreads it to every row (0 * NaN). Not where the function mends NaN
+        (`nan_to_num`, `isnan`) or fills the softmax output again."""
+        inner = _inverted_operand(condition)
+        v = self._fill_number(value)
+        # (an out-of-place fill thrown away fills nothing: MC525's finding)
+        discarded = isinstance(parent, ast.Expr) and call_name(call) == "masked_fill"
+        if inner is None or v is None or not (math.isinf(v) and v < 0) or target is None or (
+                discarded):
+            return
+        if not self.value(inner).pair_keep or not self._fill_reaches_softmax(
+                call, target, parent):
+            return
+        body = self.scope.node
+        if body is not None and any(
+                isinstance(n, ast.Call) and (call_name(n) in {"nan_to_num", "nan_to_num_", "isnan"}
+                                             or (n.lineno > call.lineno and (
+                                                 call_name(n) == "where" or (call_name(n) in {
+                                                     "masked_fill", "masked_fill_"}
+                                                     and _fills_zero(n)))))
+                for n in subnodes(body)):
+            # (`weights.masked_fill(~pair, 0.0)` or `torch.where(pair.any(-1, keepdim=True),
+            # weights, 0)` after softmax mends the NaN rows)
+            return
+        self.report("MC507", condition, f"{self._text(inner)} holds a mask on the query axis "
+                    "(a pair mask): the row of each query it hides is all -inf, softmax makes "
+                    "it NaN, and a later `weights @ v` that reads that token spreads the NaN to "
+                    "every token (0 * NaN); fill with torch.finfo(dtype).min, or mask only the "
+                    "keys (`keep[:, None, :]`)")
+
     def _fill_reaches_softmax(self, call: ast.Call, target: ast.AST, parent: ast.AST | None
                               ) -> bool:
         """The fill's result goes to softmax: `s.masked_fill(m, v).softmax(-1)`,
@@ -2933,6 +2967,7 @@ class Linter:
         if condition is None or value is None or not self._is_fill_value(value):
             return
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
+        self._empty_rows(call, condition, value, target, parent)
         cond = self.value(condition)
         if cond.layout == "B1S1" and target is not None and (
                 self._is_scores(target) or self._fill_reaches_softmax(call, target, parent)
@@ -4880,6 +4915,13 @@ _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as"
                            "contiguous", "to", "repeat", "squeeze", "flatten"})
 # ... of them, those that keep the values (and the dtype) as they are.
 _SHAPE_KEEPING = _ROLE_KEEPING - {"bool", "to"}
+
+
+def _fills_zero(call: ast.Call) -> bool:
+    """`w.masked_fill(m, 0)`, `masked_fill_(m, 0.0)`: a fill with zero."""
+    shift = 1 if is_module_call(call) else 0
+    value = argument(call, 1 + shift, "value")
+    return value is not None and number(value) == 0
 
 
 def _inverted_operand(node: ast.AST) -> ast.AST | None:

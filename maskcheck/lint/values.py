@@ -92,6 +92,10 @@ class Value:
     # A bool mask True on a whole triangle above a diagonal, the part a causal mask hides
     # (`ones(n, n, dtype=torch.bool).triu(d)`), or a mask OR-ed with one: a True = hidden mask.
     hides_above: bool = False
+    # The outer product of a mask on the query axis and one on the key axis (`k[:, :, None] &
+    # k[:, None, :]`, `q.unsqueeze(-1) * k.unsqueeze(-2)`): where the query's entry is 0, its
+    # whole row is 0, so a row of every padded query is empty (MC507).
+    pair_keep: bool = False
     # A property of a class of this file, bound as `Class.name`: `instance.name` gives `result`
     # (Informer's `TriangularCausalMask(B, L).mask`).
     prop: bool = False
@@ -1052,6 +1056,9 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
         if autocast:
             return autocast  # autocast runs `a @ b` in its dtype, whatever a and b are
     left, right = describe(node.left, lookup), describe(node.right, lookup)
+    if isinstance(node.op, (ast.BitAnd, ast.Mult)) and _outer_product(node.left, node.right):
+        both_bool = left.dtype == "bool" and right.dtype == "bool"
+        return Value(dtype="bool" if both_bool else None, pair_keep=True)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
             if one_minus(a_node) and is_finfo_min(b_node, lookup):
@@ -1092,6 +1099,58 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.maybe_half and number(node.left, lookup) is not None)):
         return Value(maybe_half=True)  # `1.0 - m` keeps m's dtype, whichever it is
     return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _expansion(node: ast.AST) -> tuple[str, int, int] | None:
+    """Where `node` adds one axis of size 1 to a tensor: ("end", -1, 0) for `m[..., None]` and
+    `m.unsqueeze(-1)`, ("end", -2, 0) for `m[..., None, :]` and `m.unsqueeze(-2)`, ("start", i,
+    last) for the None at position i of an index of full slices, last = 1 when it is the index's
+    last part (`m[:, :, None]`: (2, 1); `m[:, None]`: (1, 1)), ("start", d, 0) for
+    `m.unsqueeze(d)`."""
+    if isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        nones = [i for i, p in enumerate(parts) if is_none(p)]
+        if len(nones) != 1 or not all(
+                is_none(p) or (isinstance(p, ast.Slice) and p.lower is None and p.upper is None
+                               and p.step is None) or (isinstance(p, ast.Constant)
+                                                       and p.value is Ellipsis)
+                for p in parts):
+            return None
+        ellipsis = [i for i, p in enumerate(parts) if isinstance(p, ast.Constant)
+                    and p.value is Ellipsis]
+        if ellipsis == [0]:
+            return ("end", nones[0] - len(parts), 0)
+        # (trailing `:` parts are implied: `m[:, None]` is `m[:, None, :]`)
+        return ("start", nones[0], int(nones[0] == len(parts) - 1)) if not ellipsis else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "unsqueeze") and len(node.args) == 1 and not node.keywords:
+        d = number(node.args[0])
+        if d is None or d != int(d):
+            return None
+        return ("end", int(d), 0) if d < 0 else ("start", int(d), 0)
+    return None
+
+
+def _outer_product(left: ast.AST, right: ast.AST) -> bool:
+    """`a[:, :, None] & b[:, None, :]`, `a.unsqueeze(-1) * b.unsqueeze(-2)`,
+    `a.unsqueeze(2) & b.unsqueeze(1)`: a query-axis factor times a key-axis one; also a factor
+    on the last-but-one axis whatever the other is (`pair & keep.unsqueeze(-1)`, `m[..., None]`),
+    which empties the rows where it is 0 as well."""
+    for q_node, k_node in ((left, right), (right, left)):
+        q, k = _expansion(q_node), _expansion(k_node)
+        if q is not None and q[:2] == ("end", -1) and number(k_node) is None:
+            return True
+        if q is None or k is None or q[0] != k[0]:
+            continue
+        if q[0] == "end" and (q[1], k[1]) == (-1, -2):
+            return True
+        # (the query factor's new axis is the last one it has, which an index shows when the
+        # None is its last part and an unsqueeze leaves to the rank; the key factor's just
+        # before it)
+        if q[0] == "start" and q[1] == k[1] + 1 and (q[2] == 1 or (
+                q[2] == 0 and isinstance(q_node, ast.Call))):
+            return True
+    return False
 
 
 def _a_comparison(node: ast.AST) -> bool:

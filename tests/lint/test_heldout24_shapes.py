@@ -98,7 +98,7 @@ class MaskConverter:
 
 def test_bool_minus_raises() -> None:
     with pytest.raises(RuntimeError, match="Subtraction"):
-        1.0 - torch.tensor([True, False])  # noqa: B018
+        1.0 - torch.tensor([True, False])
 
 
 def test_cls_calls_the_class_helper(found: Found) -> None:
