@@ -1132,6 +1132,12 @@ class Linter:
             pairs = list(zip(target.elts, source.args, strict=True))
         else:
             pairs = [(target, source)]
+        batches = self.value(source).element_parts if isinstance(target, ast.Tuple) else ()
+        if batches and isinstance(target, ast.Tuple) and len(batches) == len(target.elts):
+            # `for x, frame_mask, y in loader:` of `DataLoader(ds, collate_fn=collate)`
+            for element, part in zip(target.elts, batches, strict=True):
+                if isinstance(element, ast.Name) and isinstance(part, Value) and part:
+                    self.bind(element.id, part)
         for one, container in pairs:
             if isinstance(one, ast.Name):
                 self._bind_element(one.id, self.value(container))
@@ -1303,8 +1309,9 @@ class Linter:
         for arg, default in defaults:
             if default is not None and (isinstance(default, ast.Constant) or (
                     isinstance(default, ast.UnaryOp)
-                    and isinstance(default.operand, ast.Constant))):
-                scope.defaults[arg.arg] = default
+                    and isinstance(default.operand, ast.Constant)) or (
+                    isinstance(default, ast.Attribute) and self.value(default).member)):
+                scope.defaults[arg.arg] = default  # (`kind=Kind.CAUSAL`: an Enum member)
             # `def pool(h, keep, fill=-1e10)`, `__init__(self, mask_value=-1e10)`: a masking
             # value as the default is the value every call that leaves it out fills with
             # (NVIDIA/apex#1105's -1e10)
@@ -1373,15 +1380,25 @@ class Linter:
     def _record_passed(self, call: ast.Call) -> None:
         """In the first walk: what a call of a function, method, class or instance of a class
         of this file passes (see `_seeded_parameters`)."""
-        key = self._callee_key(call)
-        if key is None:
+        keys = self._callee_keys(call)
+        if not keys:
             return
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
             kw.arg is None for kw in call.keywords)
-        self.calls.setdefault(key, []).append(_Passed(
+        passed = _Passed(
             tuple((self._seed_facts(a), self._passed_origin(a)) for a in call.args),
             {kw.arg: (self._seed_facts(kw.value), self._passed_origin(kw.value))
-             for kw in call.keywords if kw.arg is not None}, spread))
+             for kw in call.keywords if kw.arg is not None}, spread)
+        for key in keys:
+            self.calls.setdefault(key, []).append(passed)
+
+    def _callee_keys(self, call: ast.Call) -> tuple[tuple[str, str], ...]:
+        """`_callee_key`, or for `ATTENTION_FUNCTIONS[backend](...)` / `self.attn[impl](...)`
+        each definition the container holds."""
+        if isinstance(call.func, ast.Subscript):
+            return self.value(call.func.value).element_defs
+        key = self._callee_key(call)
+        return (key,) if key is not None else ()
 
     def _passed_origin(self, node: ast.AST) -> tuple[str, str, str, str] | None:
         """`_PASSED_NONE` for a literal None, else the caller's parameter `node` is (if one)."""
@@ -1676,6 +1693,15 @@ class Linter:
                     forward.inline, foreign=True)))
             elif called == "__call__" and isinstance(forward.result, Value):
                 self.bind(f"{done.name}.{called}", Value(result=forward.result))
+        if done.kind == "class" and done.name and isinstance(done.node, ast.ClassDef) and any(
+                (module_dotted(b) or "").split(".")[-1] in _ENUM_BASES for b in done.node.bases):
+            for stmt in done.node.body:  # `CAUSAL = "causal"`: `AttentionType.CAUSAL`
+                named = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(
+                    stmt.targets) == 1 else stmt.target if isinstance(
+                    stmt, ast.AnnAssign) and stmt.value is not None else None
+                if isinstance(named, ast.Name) and not named.id.startswith("_"):
+                    member = f"{done.name}.{named.id}"
+                    self.bind(member, replace(self.lookup(member), member=member))
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
@@ -2086,6 +2112,20 @@ class Linter:
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
+        elif isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and (functions := [
+                v for v in (value.values if isinstance(value, ast.Dict) else value.elts)]) and all(
+                isinstance(v, ast.Name) for v in functions):
+            # `ATTENTION_FUNCTIONS = {Backend.EAGER: eager_attention, Backend.SDPA: sdpa}`:
+            # a function picked from it at run time does what each of them does
+            joined_roles: dict[tuple[int, str], _Role] = {}
+            for function in functions:
+                assert isinstance(function, ast.Name)
+                for role in self.lookup(function.id).param_roles:
+                    joined_roles.setdefault((role.position, role.role), role)
+            if joined_roles:
+                facts = replace(facts, element_roles=tuple(joined_roles.values()), element_defs=(
+                    tuple(("", f.id) for f in functions if isinstance(f, ast.Name)
+                          and f.id in self._local_defs)))
         elif elements is None and (classes := _dispatch_classes(value)):
             # `nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})`: an element
             # picked at run time may be any of them, so a call of one does what each does
@@ -2094,7 +2134,8 @@ class Linter:
                 for role in self._class_roles.get(name, ()):
                     joined.setdefault((role.position, role.role), role)
             if joined:
-                facts = replace(facts, element_roles=tuple(joined.values()))
+                facts = replace(facts, element_roles=tuple(joined.values()), element_defs=tuple(
+                    (name, "forward") for name in classes if name in self._local_defs))
         if elements is not None and elements in self._local_defs:
             facts = replace(facts, element_module=elements)
         attention = _container_attention(value)
@@ -2746,6 +2787,19 @@ class Linter:
             if name in scope.values or name in scope.assigned or name in scope.mutated:
                 return scope
         return self.scope
+
+    def _ones_written(self, held: str, value: ast.expr) -> bool:
+        """`m = torch.zeros(b, t)` then only `m[i, :n] = 1.0`: a float 0/1 mask written by
+        hand (a Kaggle collate's frame mask), not stale but 0/1 (MC508 when SDPA adds it)."""
+        if held.startswith("self.") or number(value, self.lookup) != 1:
+            return False
+        scope = self._binding_scope(held)
+        known = scope.values.get(held)
+        if known is None or held in scope.mutated or not (known.zeros or known.float01) or (
+                known.dtype not in {None, *FLOAT_DTYPES}):
+            return False
+        scope.values[held] = replace(known, zeros=False, float01=True)
+        return True
 
     def _mutate(self, name: str) -> None:
         if name.startswith("self."):  # a module attribute: every method of the class sees it
@@ -3625,7 +3679,7 @@ class Linter:
             if written is not None:
                 self.bind(f'{written}["{target.slice.value}"]', self.value(value) or TENSOR)
         held = _held_name(target)
-        if held is not None:
+        if held is not None and not self._ones_written(held, value):
             self._mutate(held)
         if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target) and (
                 not _similarity_name(target)):
@@ -4098,11 +4152,11 @@ class Linter:
                 self._forwarded_keywords(call, entry)
         name = call_name(call) or "the function"
         by_role: dict[str, list[ast.expr]] = {}
-        callee = self._callee_key(call) if self.use_site else None
+        callees = self._callee_keys(call) if self.use_site else ()
         for entry in roles:
             passed = _role_argument(call, entry)
-            if passed is not None and not (
-                    entry.role in _USE_SITE_ROLES and (callee, entry.param) in self.use_site):
+            if passed is not None and not (entry.role in _USE_SITE_ROLES and any(
+                    (callee, entry.param) in self.use_site for callee in callees)):
                 # (a parameter every call gives the same mask: reported at its use)
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
@@ -4866,13 +4920,14 @@ def _needed_names(test: ast.expr) -> set[str]:
 # The facts a parameter takes from its calls (see `Linter._seeded_parameters`): what the rules
 # read of a mask, a flag or a fill value; not dtypes of data (float16 callers are MC501's own
 # second walk) nor what a module or function is.
+_ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
     "wide_finfo", "dtype", "namespace",
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
-    "module", "mha",
+    "module", "mha", "member",
     # a (batch, 1, seq, 1) padding layout and where it was made (MC514 is reported there)
     "layout", "layout_at"})
 

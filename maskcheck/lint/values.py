@@ -131,6 +131,15 @@ class Value:
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
+    # ... and the definitions those elements are, keyed as calls are recorded (("", function),
+    # (class, "forward")): a call of one picked at run time is a call of each
+    element_defs: tuple[tuple[str, str], ...] = ()
+    # A DataLoader whose collate_fn is a function of this file returning a tuple: what each
+    # position of a batch gives (`for x, frame_mask, y in loader:`).
+    element_parts: tuple[Any, ...] = ()
+    # A member of an Enum class of this file (`AttentionType.CAUSAL`), compared by identity
+    # or equality with another: the comparison's flag (`self.kind is AttentionType.CAUSAL`).
+    member: str | None = None
     # ... and the class of this file every element is an instance of (its calls are keyed by it)
     element_module: str | None = None
     # A ModuleList (or list) of torch attention modules (`nn.ModuleList([nn.MultiheadAttention(d,
@@ -645,6 +654,10 @@ def _named(name: str, value: Value) -> Value:
 
 
 def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
+    if isinstance(node.value, ast.Name) and node.value.id[:1].isupper():
+        held = lookup(f"{node.value.id}.{node.attr}")
+        if held.member is not None:
+            return held  # `AttentionType.CAUSAL`: a member of an Enum of this file
     if isinstance(node.value, ast.Name) and node.value.id == "self":
         # `self.mask.bool()[:n, :n]`: the buffer or attribute as the class bound it.
         known = lookup("self." + node.attr)
@@ -831,6 +844,10 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     if len(node.ops) != 1:
         return UNKNOWN
     left, op, right = node.left, node.ops[0], node.comparators[0]
+    if isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+        a, b = describe(left, lookup).member, describe(right, lookup).member
+        if a is not None and b is not None:  # `self.kind is AttentionType.CAUSAL`
+            return Value(flag=(a == b) is isinstance(op, (ast.Is, ast.Eq)))
     if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
         return UNKNOWN  # identity and membership give a Python bool, never a tensor
     if not elementwise and _python_scalar(left):
@@ -1204,6 +1221,9 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return Value(element_grad=True)
     if name in ATTENTION_CLASSES:
         return Value(mha=True, module=name)
+    if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
+        parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
+        return Value(element_parts=parts) if parts else UNKNOWN
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
                 hint in (last_name(base_node) or "").lower() for hint in _TOKENIZER_HINTS)
