@@ -844,7 +844,8 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
     if len(node.ops) != 1:
         return UNKNOWN
     left, op, right = node.left, node.ops[0], node.comparators[0]
-    if isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+    if isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and any(
+            isinstance(side, ast.Attribute) for side in (left, right)):
         a, b = describe(left, lookup).member, describe(right, lookup).member
         if a is not None and b is not None:  # `self.kind is AttentionType.CAUSAL`
             return Value(flag=(a == b) is isinstance(op, (ast.Is, ast.Eq)))
@@ -1065,6 +1066,13 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
 
 
 def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
+    facts = _binop_facts(node, lookup)
+    if isinstance(node.op, (ast.BitAnd, ast.Mult)) and _outer_product(node.left, node.right):
+        return replace(facts, pair_keep=True)  # what the product is, and a pair mask (MC507)
+    return facts
+
+
+def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
     v = number(node, lookup)
     if v is not None:
         return Value(number=v)
@@ -1073,9 +1081,6 @@ def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
         if autocast:
             return autocast  # autocast runs `a @ b` in its dtype, whatever a and b are
     left, right = describe(node.left, lookup), describe(node.right, lookup)
-    if isinstance(node.op, (ast.BitAnd, ast.Mult)) and _outer_product(node.left, node.right):
-        both_bool = left.dtype == "bool" and right.dtype == "bool"
-        return Value(dtype="bool" if both_bool else None, pair_keep=True)
     if isinstance(node.op, ast.Mult):
         for a_node, b_node in ((node.left, node.right), (node.right, node.left)):
             if one_minus(a_node) and is_finfo_min(b_node, lookup):

@@ -84,3 +84,18 @@ def test_a_fill_thrown_away_is_mc525_only(found: Found) -> None:
     assert found(thrown) == [(5, "MC525")]
     in_place = PAIR.replace("scores = scores.masked_fill(~pair", "scores.masked_fill_(~pair")
     assert found(in_place) == [(5, "MC507")]
+
+
+def test_a_query_axis_factor_keeps_the_products_dtype(found: Found) -> None:
+    # `h.float() * keep.unsqueeze(-1)` is float32 whatever else it is: no float16 overflow
+    src = """\
+import torch
+
+def f(h, keep):
+    scores = h.float() * keep.unsqueeze(-1)
+    return scores.masked_fill(~keep[:, None], -1e9).softmax(-1)
+
+model = torch.nn.Linear(2, 2).half()
+"""
+    assert found(src) == []
+    assert found(src.replace("h.float()", "h")) == [(5, "MC501")]
