@@ -2112,20 +2112,16 @@ class Linter:
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
-        elif isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and (functions := [
-                v for v in (value.values if isinstance(value, ast.Dict) else value.elts)]) and all(
-                isinstance(v, ast.Name) for v in functions):
+        elif functions := _function_table(value):
             # `ATTENTION_FUNCTIONS = {Backend.EAGER: eager_attention, Backend.SDPA: sdpa}`:
             # a function picked from it at run time does what each of them does
             joined_roles: dict[tuple[int, str], _Role] = {}
             for function in functions:
-                assert isinstance(function, ast.Name)
-                for role in self.lookup(function.id).param_roles:
+                for role in self.lookup(function).param_roles:
                     joined_roles.setdefault((role.position, role.role), role)
             if joined_roles:
                 facts = replace(facts, element_roles=tuple(joined_roles.values()), element_defs=(
-                    tuple(("", f.id) for f in functions if isinstance(f, ast.Name)
-                          and f.id in self._local_defs)))
+                    tuple(("", f) for f in functions if f in self._local_defs)))
         elif elements is None and (classes := _dispatch_classes(value)):
             # `nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})`: an element
             # picked at run time may be any of them, so a call of one does what each does
@@ -2624,11 +2620,12 @@ class Linter:
 
     def _empty_rows(self, call: ast.Call, condition: ast.AST, value: ast.AST,
                     target: ast.AST | None, parent: ast.AST | None) -> None:
-        """MC507: scores filled with -inf where a pair mask (the outer product of a query-axis
-        and a key-axis keep-mask) is False, then softmax: every padded query's row is all -inf,
-        softmax makes it NaN (pytorch/pytorch#103749, Biohub/esm#299), and the next layer's
-        `weights @ v` spreads it to every row (0 * NaN). Not where the function mends NaN
-        (`nan_to_num`, `isnan`) or fills the softmax output again."""
+        """MC507: scores filled with -inf where a pair mask (a mask with a factor on the query
+        axis: `k[:, :, None] & k[:, None, :]`, `m & q[..., None]`) is False, then softmax: the
+        row of every query the factor hides is all -inf, softmax makes it NaN
+        (pytorch/pytorch#103749, Biohub/esm#299), and the next layer's `weights @ v` spreads
+        it to every row (0 * NaN). Not where the function mends NaN (`nan_to_num`, `isnan`, a
+        later `torch.where` or zero fill)."""
         inner = _inverted_operand(condition)
         v = self._fill_number(value)
         # (an out-of-place fill thrown away fills nothing: MC525's finding)
@@ -4649,6 +4646,16 @@ def _container_class(value: ast.expr) -> str | None:
         isinstance(m, ast.Call) for m in made) else None
 
 
+def _function_table(value: ast.expr) -> list[str]:
+    """`{Backend.EAGER: eager_attention, Backend.SDPA: sdpa_attention}` (or a list or tuple
+    of names): the names it holds, when every value is a bare name."""
+    if not isinstance(value, (ast.Dict, ast.List, ast.Tuple)):
+        return []
+    held = value.values if isinstance(value, ast.Dict) else value.elts
+    names = [v.id for v in held if isinstance(v, ast.Name)]
+    return names if held and len(names) == len(held) else []
+
+
 def _dispatch_classes(value: ast.expr) -> list[str]:
     """`nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})` (or `dict(...)`
     keywords, or a ModuleList of a literal list): the classes its elements are instances of,
@@ -4917,10 +4924,11 @@ def _needed_names(test: ast.expr) -> set[str]:
         return {name} if name is not None else set()
     return set()
 # Methods that keep which positions a mask marks (for `_note_role`).
+# The bases of an Enum class, whose members compare as flags (`self.kind is Kind.CAUSAL`).
+_ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 # The facts a parameter takes from its calls (see `Linter._seeded_parameters`): what the rules
 # read of a mask, a flag or a fill value; not dtypes of data (float16 callers are MC501's own
 # second walk) nor what a module or function is.
-_ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
@@ -4942,13 +4950,13 @@ def _seedable(facts: Value) -> Value:
     if facts.number is not None and not facts.number < -FP16_MAX:
         kept.pop("number", None)  # only a masking value is read from a number
     if facts.flag is None:
+        # (a False flag is kept: `A(is_causal=False)` overrides the parameter's default True)
         kept.pop("flag", None)
     if facts.layout != "B1S1":
         # (a (batch, seq) layout stays with its maker: MC515 reads it at the calls it is
         # passed to, and a seed would report it a second time inside the function)
         kept.pop("layout", None)
         kept.pop("layout_at", None)
-    # (a False flag is kept: `A(is_causal=False)` overrides the parameter's default True)
     return Value(**kept)
 
 
