@@ -2981,7 +2981,7 @@ class Linter:
         condition = argument(call, 0 + shift, "mask")
         target_facts = self.value(target) if target is not None else UNKNOWN
         if value is not None and self._is_large_negative(value) and not self._fill_fits(
-                value, target, condition):
+                value, target, condition) and not self._fills_own_zeros(target, condition):
             self._large_negative(value, name, target)
         elif value is not None and target is not None and self_attr(value) is not None and (
                 self._is_scores(target)):
@@ -3088,6 +3088,19 @@ class Linter:
             if ast.dump(side) == shown and number(scalar, self.lookup) is not None:
                 return True
         return False
+
+    def _fills_own_zeros(self, target: ast.AST | None, condition: ast.AST | None) -> bool:
+        """`attention_mask.masked_fill(attention_mask == 0, -9e15)` (GLIP's BiAttention, copied
+        into mmdet and BIP3D): the tensor filled is the 0/1 mask its condition tests, a
+        tokenizer's int64 or bool mask unless this file casts it, which a project's float16
+        switch elsewhere does not reach. Kept where the file itself speaks float16 or the
+        tensor is known to be half."""
+        if target is None or condition is None:
+            return False
+        inner = _inverted_operand(condition)
+        if inner is None or ast.dump(inner) != ast.dump(target):
+            return False
+        return self.value(target).dtype not in HALF_DTYPES and not self._speaks_float16()
 
     def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
         """MC514: a (batch, sequence) padding mask laid out as (B, 1, L, 1) hides query rows.
@@ -3390,18 +3403,49 @@ class Linter:
 
     def _inverted_elsewhere(self, node: ast.AST) -> str | None:
         """The key-padding keyword that this function passes `node` (a name whose value it does
-        not know, not rebound) to inverted (`src_key_padding_mask=src_mask == 0`): the author's
-        own reading of its convention, True/1 = real token."""
+        not know) to inverted, directly (`src_key_padding_mask=src_mask == 0`) or through a
+        name it then passes so (`key_padding_mask = ~attention_mask`, DETR's encoder call): the
+        author's own reading of its convention, True/1 = real token. A name rebound between
+        that inversion and this use is another mask."""
         scope = self.scope
         if not (isinstance(node, ast.Name) and scope.kind == "function"
-                and node.id not in scope.assigned and scope.node is not None
-                and self.lookup(node.id) in PARAMETER_VALUES):
+                and scope.node is not None):
             return None
+        if node.id not in scope.assigned and self.lookup(node.id) not in PARAMETER_VALUES:
+            return None
+        known = self.lookup(node.id)
+        if known.hf_keep_inverted or known.tri:
+            return None
+        stores: list[int] = []
+        passed_as: dict[str, str] = {}  # name -> the key-padding keyword it is passed as
+        keywords: list[ast.keyword] = []
         for sub in ast.walk(scope.node):
-            if isinstance(sub, ast.keyword) and sub.arg in KEY_PADDING_KWARGS:
-                inner = _inverted_operand(sub.value)
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id == node.id:
+                stores.append(sub.lineno)
+            elif isinstance(sub, ast.keyword) and sub.arg in KEY_PADDING_KWARGS:
+                keywords.append(sub)
+                if isinstance(sub.value, ast.Name):
+                    passed_as.setdefault(sub.value.id, sub.arg)
+        sites: list[tuple[str, int]] = []
+        for sub in keywords:
+            inner = _inverted_operand(sub.value)
+            if isinstance(inner, ast.Name) and inner.id == node.id and sub.arg is not None:
+                sites.append((sub.arg, sub.value.lineno))
+        for sub in ast.walk(scope.node):
+            target = sub.targets[0] if isinstance(sub, ast.Assign) and len(
+                sub.targets) == 1 else sub.target if isinstance(sub, ast.AnnAssign) else None
+            value = getattr(sub, "value", None)
+            if isinstance(target, ast.Name) and target.id in passed_as and (
+                    target.id != node.id) and value is not None:
+                inner = _inverted_operand(value)
                 if isinstance(inner, ast.Name) and inner.id == node.id:
-                    return sub.arg
+                    sites.append((passed_as[target.id], getattr(sub, "lineno", 0)))
+        use = getattr(node, "lineno", 0)
+        for keyword, line in sites:
+            low, high = min(line, use), max(line, use)
+            if not any(low < store <= high if line < use else low <= store < high
+                       for store in stores):
+                return keyword
         return None
 
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
@@ -4439,6 +4483,13 @@ class Linter:
             arg = _role_argument(call, entry) if entry.role.startswith("drop") else None
             if arg is None:
                 continue
+            inverted_for = self._inverted_elsewhere(arg) if entry.role == "drop-mha" else None
+            if inverted_for is not None:
+                self.report("MC502", arg, f"{self._text(arg)} is inverted for {inverted_for} in "
+                            "this function (so it is 1/True at real tokens), but passed as it is "
+                            f"to {name}() as {entry.param}, which it hands to an attention "
+                            "module as key_padding_mask (True = padding): invert it here too")
+                return
             facts = self.value(arg)
             if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
                 continue
