@@ -5022,7 +5022,7 @@ _LAYOUT_ROLES = frozenset({"shape-sdpa", "shape-mha"})
 # Casts that keep a tensor's axes (and a mask's meaning up to its direction).
 _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "long", "int",
                                    "type", "type_as", "contiguous", "detach", "clone", "cuda",
-                                   "cpu", "logical_not"})
+                                   "cpu"})  # (`m.logical_not()` is read as an inversion first)
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
