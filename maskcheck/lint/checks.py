@@ -2358,6 +2358,8 @@ class Linter:
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
+            if facts.tri_at is not None:
+                facts = replace(facts, tri_at=None)  # a buffer may be read both ways
             self._class_scope_add(target.attr, value=facts)
             self.scope.values["self." + target.attr] = facts
 
@@ -2378,6 +2380,8 @@ class Linter:
         if buffer:
             cls.buffer_attrs.add(attr)
         if value is not None:
+            if value.tri_at is not None:
+                value = replace(value, tri_at=None)  # a buffer may be read both ways
             if value:
                 cls.values["self." + attr] = value
             else:
@@ -3041,7 +3045,8 @@ class Linter:
             # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
             # with -1e4 on purpose (transformers' pp_doclayout).
             where = _BELOW.get(cond.tri or "", "on and below")
-            self.report("MC521", condition, f"{self._text(condition)} is True {where} the "
+            at, shown = self._triangle_site(condition)
+            self.report("MC521", at, f"{shown} is True {where} the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
         if name == "masked_fill_" and self._in_forward() and target is not None:
@@ -3487,6 +3492,22 @@ class Linter:
         for mask in masks:
             self._mha_mask(mask)
 
+    def _triangle_site(self, mask: ast.AST) -> tuple[ast.AST, str]:
+        """Where a triangle that points the wrong way for its use is reported, and how the
+        message names it: where its direction was set when that is outside this function (a
+        builder or a closure of the file that makes it; the fix goes there), else here."""
+        made = self.value(mask).tri_at
+        node = self.scope.node
+        shown = self._text(mask)
+        if made is None or node is None or self.scope.kind != "function":
+            return mask, shown
+        start = getattr(node, "lineno", 0)
+        if start <= made[0] <= (getattr(node, "end_lineno", None) or start):
+            return mask, shown
+        at = ast.Name("mask", ast.Load(), lineno=made[0], col_offset=made[1],
+                      end_lineno=made[2])
+        return at, f"this triangle ({shown} at line {getattr(mask, 'lineno', 0)})"
+
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
         self._note_layout_role(mask, "shape-mha")
@@ -3496,9 +3517,10 @@ class Linter:
             self._padding_as_attn_mask(mask, "shape-mha")
         if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
             where = _BELOW.get(facts.tri or "", "on and below")
-            self.report("MC521", mask, f"{self._text(mask)} is True {where} the diagonal, but "
-                        "MultiheadAttention's bool attn_mask means True = masked: it hides the "
-                        "past and shows the future; use triu(..., diagonal=1)")
+            at, shown = self._triangle_site(mask)
+            self.report("MC521", at, f"{shown} is True {where} the diagonal, "
+                        "but MultiheadAttention's bool attn_mask means True = masked: it hides "
+                        "the past and shows the future; use triu(..., diagonal=1)")
 
     # --- MC503 ---
 
@@ -3968,9 +3990,10 @@ class Linter:
                         "attn_mask means True = may attend: it keeps only the padding; pass "
                         "the keep-mask (`attention_mask.bool()`)")
         elif facts.dtype == "bool" and facts.tri in {"upper", "supper"}:
-            self.report("MC521", mask, f"{self._text(mask)} is True above the diagonal, but SDPA's "
-                        "bool attn_mask means True = may attend: every query sees the future; "
-                        "use tril (or `triu(..., 1) == 0`)")
+            at, shown = self._triangle_site(mask)
+            self.report("MC521", at, f"{shown} is True above the diagonal, but "
+                        "SDPA's bool attn_mask means True = may attend: every query sees the "
+                        "future; use tril (or `triu(..., 1) == 0`)")
         elif facts.hides_above and facts.tri is None and facts.dtype in {"bool", None}:
             # lucidrains/x-transformers#160: `mask = mask | causal_mask` (True = hidden) handed
             # to SDPA, whose bool attn_mask keeps where True
@@ -4236,17 +4259,19 @@ class Linter:
             facts = self.value(mask)
             if facts.dtype != "fp32" and facts.tri in {"upper", "supper"} and not (
                     facts.additive):
-                self.report("MC521", mask, f"{self._text(mask)} is 1 above the diagonal, but "
-                            f"{name}() keeps the positions where its mask is non-zero: every "
-                            "query keeps the future; use tril (or `triu(..., 1) == 0`)")
+                at, shown = self._triangle_site(mask)
+                self.report("MC521", at, f"{shown} is 1 above the diagonal, "
+                            f"but {name}() keeps the positions where its mask is non-zero: "
+                            "every query keeps the future; use tril (or `triu(..., 1) == 0`)")
                 return
         for mask in by_role.get("drop", []):
             facts = self.value(mask)
             if facts.dtype == "bool" and facts.tri in {"lower", "slower"}:
                 where = _BELOW.get(facts.tri or "", "on and below")
-                self.report("MC521", mask, f"{self._text(mask)} is True {where} the diagonal, "
-                            f"but {name}() fills where its mask is True: it masks "
-                            "the past, not the future; use triu(..., diagonal=1)")
+                at, shown = self._triangle_site(mask)
+                self.report("MC521", at, f"{shown} is True {where} the "
+                            f"diagonal, but {name}() fills where its mask is True: it "
+                            "masks the past, not the future; use triu(..., diagonal=1)")
                 return
 
     def _mask_added_or_multiplied(self, call: ast.Call, name: str,

@@ -189,6 +189,10 @@ class Value:
     # ... and where a "B1S1" layout was made (line, column, end line): MC514 is reported there,
     # where the fix goes, rather than at each use.
     layout_at: tuple[int, int, int] | None = None
+    # Where a triangle's direction was last set (a triu/tril, a `~`, a transpose, an `== 0`):
+    # MC521 is reported there when that is in another function of the file (a builder, a
+    # closure), where the fix goes. Not kept by an attribute (a buffer may be read both ways).
+    tri_at: tuple[int, int, int] | None = None
 
     # A file's walk makes hundreds of thousands of Values: an instance's `__dict__` holds only
     # the facts that differ from their defaults (the class attributes, which every other
@@ -558,7 +562,19 @@ def _triangle(call: ast.Call, name: str, base: Value) -> Value:
     tri = _tri_of(call, name, base)
     zero_one = base.zero_one or base.all_ones
     hides = name == "triu" and base.dtype == "bool" and base.all_ones
-    return replace(base, tri=tri, zero_one=zero_one, all_ones=False, hides_above=hides)
+    return replace(base, tri=tri, zero_one=zero_one, all_ones=False, hides_above=hides,
+                   tri_at=_site(call) if tri else None)
+
+
+def _site(node: ast.AST) -> tuple[int, int, int]:
+    """(line, column, end line) of a node: where a fact was made."""
+    line = getattr(node, "lineno", 1)
+    return line, getattr(node, "col_offset", 0), getattr(node, "end_lineno", None) or line
+
+
+def _turned(base: Value, tri: str | None, node: ast.AST) -> Value:
+    """`base` with its triangle turned to `tri` (complemented or transposed) at `node`."""
+    return replace(base, tri=tri, tri_at=_site(node) if tri else None)
 
 
 def describe(node: ast.AST, lookup: Lookup) -> Value:
@@ -674,7 +690,7 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
                 return held.result
     if node.attr in _TRANSPOSES:
         base = _describe_receiver(node.value, node.attr, lookup)
-        return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
+        return _turned(base, _TRANSPOSED.get(base.tri or ""), node) if base.tri else base
     if node.attr == "attention_mask" and describe(node.value, lookup).tokens:
         return Value(dtype="int", hf_keep=True)
     if is_finfo_min(node, lookup):
@@ -723,7 +739,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return Value(grad=True)
     if _last_position_index(key):
         return replace(base, last_position=True, tokens=False, api=None, mha=False,
-                       number=None, tri=None, layout=None, layout_at=None) if base else Value(
+                       number=None, tri=None, tri_at=None, layout=None,
+                       layout_at=None) if base else Value(
             last_position=True)
     if base in PARAMETER_VALUES and _extends_hf_mask(node):
         return Value(hf_keep=True)
@@ -733,8 +750,9 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
     layout = _indexed_layout(base.layout, key)
-    return replace(base, tri=tri, tokens=False, api=None, mha=False, number=None,
-                   layout=layout, layout_at=_layout_made(base, layout, node))
+    return replace(base, tri=tri, tri_at=base.tri_at if tri else None, tokens=False, api=None,
+                   mha=False, number=None, layout=layout,
+                   layout_at=_layout_made(base, layout, node))
 
 
 def _indexed_layout(layout: str | None, key: ast.expr) -> str | None:
@@ -1017,12 +1035,13 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
         out = replace(out, layout=lv.layout, layout_at=lv.layout_at)  # the same axes
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
-            out = replace(out, tri=_COMPLEMENT[lv.tri])
+            out = _turned(out, _COMPLEMENT[lv.tri], left)
         if lv.hf_keep or lv.keep_mask:
             out = replace(out, hf_keep_inverted=True)
     elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)
           or (isinstance(op, ast.Gt) and c == 0)):
-        out = replace(out, tri=lv.tri, hf_keep=lv.hf_keep, keep_mask=lv.keep_mask)
+        out = replace(out, tri=lv.tri, tri_at=lv.tri_at, hf_keep=lv.hf_keep,
+                      keep_mask=lv.keep_mask)
         if not isinstance(op, ast.NotEq) and last_name(left) == "attention_mask" and not (
                 lv.additive or lv.finfo_min or lv.hf_keep_inverted or lv.dtype == "bool"):
             # `attention_mask == 1`, `attention_mask > 0` (torchTextClassifiers' LabelAttention):
@@ -1053,7 +1072,8 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
         base = describe(node.operand, lookup)
         if base.dtype != "bool":
             return UNKNOWN
-        return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
+        tri = _COMPLEMENT.get(base.tri or "")
+        return Value(dtype="bool", tri=tri, tri_at=_site(node) if tri else None,
                      hf_keep_inverted=base.hf_keep or base.keep_mask,
                      hf_keep=base.hf_keep_inverted, layout=base.layout,
                      layout_at=base.layout_at)
@@ -1101,8 +1121,9 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
                 return Value(dtype=a.dtype, additive=True,
                              finfo_min=bool(b.finfo_min or is_finfo_min(b_node, lookup)))
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
-        return Value(zero_one=True, tri=_COMPLEMENT.get(right.tri or ""),
-                     dtype=right.dtype)
+        tri = _COMPLEMENT.get(right.tri or "")
+        return Value(zero_one=True, tri=tri, dtype=right.dtype,
+                     tri_at=_site(node) if tri else None)
     if isinstance(node.op, ast.BitOr) and (left.hides_above or right.hides_above) and (
             left.dtype in {"bool", None} and right.dtype in {"bool", None}):
         return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
@@ -1442,7 +1463,7 @@ def _describe_factory(
         base = describe(call.args[0], lookup)
         tri = _COMPLEMENT.get(base.tri or "") if name == "logical_not" else None
         hides = name == "logical_or" and any(describe(a, lookup).hides_above for a in call.args)
-        return Value(dtype="bool", tri=tri, hides_above=hides)
+        return Value(dtype="bool", tri=tri, hides_above=hides, tri_at=_site(call) if tri else None)
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
     if name in _AUTOCAST_LOWERED:
@@ -1659,9 +1680,10 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
                        layout_at=_layout_made(base, layout, call))
     if name in _TRANSPOSES:
         base = replace(base, layout=None, layout_at=None)
-        return replace(base, tri=_TRANSPOSED.get(base.tri or "")) if base.tri else base
+        return _turned(base, _TRANSPOSED.get(base.tri or ""), call) if base.tri else base
     if name in {"logical_not", "logical_not_"}:
-        return Value(dtype="bool", tri=_COMPLEMENT.get(base.tri or ""),
+        tri = _COMPLEMENT.get(base.tri or "")
+        return Value(dtype="bool", tri=tri, tri_at=_site(call) if tri else None,
                      hf_keep_inverted=base.hf_keep, layout=base.layout,
                      layout_at=base.layout_at)
     if name in {"triu", "tril"}:

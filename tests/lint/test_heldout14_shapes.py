@@ -277,7 +277,8 @@ class Attention(torch.nn.Module):
 
 
 def test_a_mask_read_back_from_a_dict_cache_is_known(found: Found) -> None:
-    assert found(DICT_CACHE) == [(16, "MC521")]
+    # reported where the builder makes the triangle (the fix goes there), not at the use
+    assert found(DICT_CACHE) == [(12, "MC521")]
 
 
 def test_the_keep_triangle_in_the_dict_cache_is_silent(found: Found) -> None:
