@@ -284,7 +284,10 @@ TRANSPOSED_CAUSAL_MASK = register(RuleInfo(
     "keeps where it is True, so it needs the lower triangle (`tril(ones)`). The other "
     "triangle hides the past and shows the future: training looks fine and generation is "
     "garbage. A triangle ANDed with a keep-mask (`tokens != pad_idx`, True = real token) is "
-    "a keep-mask too, so it needs the lower triangle as well.",
+    "a keep-mask too, so it needs the lower triangle as well. When a function or closure of "
+    "the file builds the triangle, the finding is where the builder sets its direction, "
+    "naming the use (the fix goes there); a triangle turned at its use, or held in an "
+    "attribute, is reported at the use.",
     "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
     "scores = scores.masked_fill(causal, float('-inf'))",
     "causal = torch.tril(torch.ones(n, n, dtype=torch.bool))\n"
