@@ -2358,8 +2358,7 @@ class Linter:
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
-            if facts.tri_at is not None:
-                facts = replace(facts, tri_at=None)  # a buffer may be read both ways
+            facts = _held_by_attribute(facts)
             self._class_scope_add(target.attr, value=facts)
             self.scope.values["self." + target.attr] = facts
 
@@ -2380,8 +2379,7 @@ class Linter:
         if buffer:
             cls.buffer_attrs.add(attr)
         if value is not None:
-            if value.tri_at is not None:
-                value = replace(value, tri_at=None)  # a buffer may be read both ways
+            value = _held_by_attribute(value)
             if value:
                 cls.values["self." + attr] = value
             else:
@@ -3115,7 +3113,7 @@ class Linter:
         at: ast.AST = mask
         use = ""
         if made is not None:
-            at = ast.Name("mask", lineno=made[0], col_offset=made[1], end_lineno=made[2])
+            at = _placed(made)
             if made[0] != getattr(mask, "lineno", made[0]):
                 use = f" (line {getattr(mask, 'lineno', 1)})"
         self.report("MC514", at, "this padding mask is laid out as (batch, 1, seq, 1): as "
@@ -3423,33 +3421,31 @@ class Linter:
             return None
         stores: list[int] = []
         passed_as: dict[str, str] = {}  # name -> the key-padding keyword it is passed as
-        keywords: list[ast.keyword] = []
+        sites: list[tuple[str, int]] = []
+        assigned: list[tuple[str, ast.AST, int]] = []  # (target, value, line) of `y = ...`
         for sub in ast.walk(scope.node):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id == node.id:
                 stores.append(sub.lineno)
             elif isinstance(sub, ast.keyword) and sub.arg in KEY_PADDING_KWARGS:
-                keywords.append(sub)
                 if isinstance(sub.value, ast.Name):
                     passed_as.setdefault(sub.value.id, sub.arg)
-        sites: list[tuple[str, int]] = []
-        for sub in keywords:
-            inner = _inverted_operand(sub.value)
-            if isinstance(inner, ast.Name) and inner.id == node.id and sub.arg is not None:
-                sites.append((sub.arg, sub.value.lineno))
-        for sub in ast.walk(scope.node):
-            target = sub.targets[0] if isinstance(sub, ast.Assign) and len(
-                sub.targets) == 1 else sub.target if isinstance(sub, ast.AnnAssign) else None
-            value = getattr(sub, "value", None)
-            if isinstance(target, ast.Name) and target.id in passed_as and (
-                    target.id != node.id) and value is not None:
-                inner = _inverted_operand(value)
+                inner = _inverted_operand(sub.value)
                 if isinstance(inner, ast.Name) and inner.id == node.id:
-                    sites.append((passed_as[target.id], getattr(sub, "lineno", 0)))
+                    sites.append((sub.arg, getattr(sub.value, "lineno", 0)))
+            elif isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:
+                target = sub.targets[0] if isinstance(sub, ast.Assign) and len(
+                    sub.targets) == 1 else getattr(sub, "target", None)
+                if isinstance(target, ast.Name) and target.id != node.id:
+                    assigned.append((target.id, sub.value, sub.lineno))
+        for name, value, line in assigned:
+            inner = _inverted_operand(value)
+            if name in passed_as and isinstance(inner, ast.Name) and inner.id == node.id:
+                sites.append((passed_as[name], line))
         use = getattr(node, "lineno", 0)
         for keyword, line in sites:
+            # (a store on the inversion's or the use's own line binds after the read there)
             low, high = min(line, use), max(line, use)
-            if not any(low < store <= high if line < use else low <= store < high
-                       for store in stores):
+            if not any(low < store < high for store in stores):
                 return keyword
         return None
 
@@ -3504,9 +3500,7 @@ class Linter:
         start = getattr(node, "lineno", 0)
         if start <= made[0] <= (getattr(node, "end_lineno", None) or start):
             return mask, shown
-        at = ast.Name("mask", ast.Load(), lineno=made[0], col_offset=made[1],
-                      end_lineno=made[2])
-        return at, f"this triangle ({shown} at line {getattr(mask, 'lineno', 0)})"
+        return _placed(made), f"this triangle ({shown} at line {getattr(mask, 'lineno', 0)})"
 
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
@@ -5061,6 +5055,18 @@ def _fills_zero(call: ast.Call) -> bool:
     shift = 1 if is_module_call(call) else 0
     value = argument(call, 1 + shift, "value")
     return value is not None and number(value) == 0
+
+
+def _held_by_attribute(value: Value) -> Value:
+    """What `self.X` holds of a value: not where a triangle was turned, since a buffer may be
+    read right on one path and wrong on another (MC521 then stays at the wrong use)."""
+    return replace(value, tri_at=None) if value.tri_at is not None else value
+
+
+def _placed(made: tuple[int, int, int]) -> ast.Name:
+    """A node standing at a place a fact was made (`Value.layout_at`, `Value.tri_at`), for a
+    finding reported there rather than at the use."""
+    return ast.Name("mask", ast.Load(), lineno=made[0], col_offset=made[1], end_lineno=made[2])
 
 
 def _inverted_operand(node: ast.AST) -> ast.AST | None:

@@ -563,18 +563,24 @@ def _triangle(call: ast.Call, name: str, base: Value) -> Value:
     zero_one = base.zero_one or base.all_ones
     hides = name == "triu" and base.dtype == "bool" and base.all_ones
     return replace(base, tri=tri, zero_one=zero_one, all_ones=False, hides_above=hides,
-                   tri_at=_site(call) if tri else None)
+                   tri_at=_tri_site(tri, call))
 
 
-def _site(node: ast.AST) -> tuple[int, int, int]:
-    """(line, column, end line) of a node: where a fact was made."""
+def site(node: ast.AST) -> tuple[int, int, int]:
+    """(line, column, end line) of a node: where a fact was made (`Value.layout_at`,
+    `Value.tri_at`)."""
     line = getattr(node, "lineno", 1)
     return line, getattr(node, "col_offset", 0), getattr(node, "end_lineno", None) or line
 
 
+def _tri_site(tri: str | None, node: ast.AST) -> tuple[int, int, int] | None:
+    """Where a triangle's direction is set: at `node`, when it makes one."""
+    return site(node) if tri else None
+
+
 def _turned(base: Value, tri: str | None, node: ast.AST) -> Value:
     """`base` with its triangle turned to `tri` (complemented or transposed) at `node`."""
-    return replace(base, tri=tri, tri_at=_site(node) if tri else None)
+    return replace(base, tri=tri, tri_at=_tri_site(tri, node))
 
 
 def describe(node: ast.AST, lookup: Lookup) -> Value:
@@ -788,8 +794,7 @@ def _layout_made(base: Value, layout: str | None, node: ast.AST) -> tuple[int, i
     if layout is None:
         return None
     if layout == "B1S1" and base.layout != "B1S1":
-        line = getattr(node, "lineno", 1)
-        return line, getattr(node, "col_offset", 0), getattr(node, "end_lineno", None) or line
+        return site(node)
     return base.layout_at
 
 
@@ -1073,7 +1078,7 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
         if base.dtype != "bool":
             return UNKNOWN
         tri = _COMPLEMENT.get(base.tri or "")
-        return Value(dtype="bool", tri=tri, tri_at=_site(node) if tri else None,
+        return Value(dtype="bool", tri=tri, tri_at=_tri_site(tri, node),
                      hf_keep_inverted=base.hf_keep or base.keep_mask,
                      hf_keep=base.hf_keep_inverted, layout=base.layout,
                      layout_at=base.layout_at)
@@ -1123,7 +1128,7 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
         tri = _COMPLEMENT.get(right.tri or "")
         return Value(zero_one=True, tri=tri, dtype=right.dtype,
-                     tri_at=_site(node) if tri else None)
+                     tri_at=_tri_site(tri, node))
     if isinstance(node.op, ast.BitOr) and (left.hides_above or right.hides_above) and (
             left.dtype in {"bool", None} and right.dtype in {"bool", None}):
         return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
@@ -1463,7 +1468,7 @@ def _describe_factory(
         base = describe(call.args[0], lookup)
         tri = _COMPLEMENT.get(base.tri or "") if name == "logical_not" else None
         hides = name == "logical_or" and any(describe(a, lookup).hides_above for a in call.args)
-        return Value(dtype="bool", tri=tri, hides_above=hides, tri_at=_site(call) if tri else None)
+        return Value(dtype="bool", tri=tri, hides_above=hides, tri_at=_tri_site(tri, call))
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
     if name in _AUTOCAST_LOWERED:
@@ -1683,7 +1688,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return _turned(base, _TRANSPOSED.get(base.tri or ""), call) if base.tri else base
     if name in {"logical_not", "logical_not_"}:
         tri = _COMPLEMENT.get(base.tri or "")
-        return Value(dtype="bool", tri=tri, tri_at=_site(call) if tri else None,
+        return Value(dtype="bool", tri=tri, tri_at=_tri_site(tri, call),
                      hf_keep_inverted=base.hf_keep, layout=base.layout,
                      layout_at=base.layout_at)
     if name in {"triu", "tril"}:

@@ -59,6 +59,12 @@ def test_a_mask_inverted_for_one_module_and_not_for_the_next_is_reported(found: 
                            "        attention_mask = attention_mask == 0\n"
                            "        return self.decoder(")
     assert found(rebound) == []
+    # a store on the call's own line binds after the call reads the mask: still the same mask
+    same_line = DETR.replace(
+        "        return self.decoder(tgt, memory, key_padding_mask=attention_mask)\n",
+        "        attention_mask = self.decoder(tgt, memory, key_padding_mask=attention_mask)\n"
+        "        return attention_mask\n")
+    assert found(same_line) == [(32, "MC502")]
     # the same keyword inverted in one call and not in the other, on torch's module directly
     direct = DETR.replace("self.decoder = Decoder(d)", "self.cross = nn.MultiheadAttention(d, 2)")
     direct = direct.replace("self.decoder(tgt, memory, key_padding_mask=attention_mask)",
