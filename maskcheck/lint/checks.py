@@ -3189,6 +3189,9 @@ class Linter:
             return
         if name == "full" and dtype is None:
             return  # torch.full with a Python float and no dtype is float32
+        if name == "full_like" and dtype is None and is_module_call(call) and call.args and (
+                self.value(call.args[0]).dtype == "fp32"):
+            return  # the like-tensor's dtype, float32 by evidence (altasr's RNN-T log-probs)
         if dtype_of(dtype) == "int":
             return  # `torch.full(size, -999999, dtype=torch.long)`: an integer table, no float16
         shape = argument(call, 0, "size")

@@ -41,6 +41,9 @@ _KEEPS_LAYOUT = frozenset({"cuda", "cpu", "contiguous", "expand", "expand_as", "
 _KEEPS_DTYPE = frozenset({
     "clamp", "clamp_", "clamp_min", "clamp_max", "clip", "nan_to_num", "nan_to_num_", "abs",
     "neg", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "square", "sum", "mean", "logsumexp",
+    # picking entries keeps the input's dtype (altasr's pruned RNN-T: float32 log-probs
+    # gathered at the targets, then filled with -1e30)
+    "gather", "index_select", "take_along_dim",
 })
 # Comparison methods: a bool result.
 _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
