@@ -1,6 +1,6 @@
 """Precision of `maskcheck check` on real code bases nobody here wrote, per set and per rule.
 
-    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh18|all]
+    python benchmarks/lint_precision.py [--set dev|heldout|fresh|fresh2|...|fresh19|all]
                                         [--corpus NAME ...] [--unread FILE] [--timing]
 
 The code bases are listed in benchmarks/lint_corpora.toml (pinned PyPI release files, each in a

@@ -673,7 +673,7 @@ class _Checkpoint(NamedTuple):
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
-            "_rsub_done", "_class_triu", "_nested_triu")
+            "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
@@ -812,6 +812,9 @@ class Linter:
         self.defs: dict[tuple[str, str], list[_Signature]] = {}
         self.calls: dict[tuple[str, str], list[_Passed]] = {}
         self.seeds: dict[tuple[str, str], dict[str, Value]] = {}
+        # MC521 at the calls of a function: the triangles already reported (one bug, however
+        # many calls pass the same triangle)
+        self._triangles_told: set[tuple[int, int, int]] = set()
         # First walk: function key -> its parameters that have a `_Role` (checked at the calls,
         # so not given their calls' facts: one bug, one finding, where the call passes it).
         self.role_params: dict[tuple[str, str], set[str]] = {}
@@ -3507,6 +3510,7 @@ class Linter:
 
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
+        self._note_role(mask, "tri-mha", raw=True)  # a bool triangle passed here: True = masked
         self._note_layout_role(mask, "shape-mha")
         self._float_mask_argument(mask, "MultiheadAttention")
         facts = self.value(mask)
@@ -4233,7 +4237,7 @@ class Linter:
                 # fill keeps its use, the condition where the mask is read (see `_fills_scores`)
                 self._note_role(passed, entry.role, direct=False, use=entry.use if (
                     entry.role.endswith("-fill")) else None)
-            elif passed is not None and entry.role in {"float-sdpa", "float-mha"}:
+            elif passed is not None and entry.role in {"float-sdpa", "float-mha", "tri-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role in _LAYOUT_ROLES:
                 self._note_layout_role(passed, entry.role)
@@ -4269,6 +4273,18 @@ class Linter:
                 self.report("MC521", at, f"{shown} is True {where} the "
                             f"diagonal, but {name}() fills where its mask is True: it "
                             "masks the past, not the future; use triu(..., diagonal=1)")
+                return
+        for mask in by_role.get("tri", []):
+            facts = self.value(mask)
+            if facts.dtype == "bool" and facts.tri in {"lower", "slower"} and (
+                    facts.tri_at not in self._triangles_told):
+                if facts.tri_at is not None:
+                    self._triangles_told.add(facts.tri_at)
+                where = _BELOW.get(facts.tri or "", "on and below")
+                at, shown = self._triangle_site(mask)
+                self.report("MC521", at, f"{shown} is True {where} the diagonal, but {name}() "
+                            "hands it to MultiheadAttention as attn_mask (True = masked): it "
+                            "hides the past and shows the future; use triu(..., diagonal=1)")
                 return
 
     def _mask_added_or_multiplied(self, call: ast.Call, name: str,
@@ -5020,6 +5036,10 @@ def _seedable(facts: Value) -> Value:
     kept = {name: fact for name, fact in facts.__dict__.items() if name in _SEED_FACTS}
     if facts.dtype not in {"bool", "int"}:
         kept.pop("dtype", None)  # a data tensor's float dtype: MC501's own second walk
+        if facts.zero_one and facts.dtype in FLOAT_DTYPES and not facts.all_ones:
+            # what the dtype said of a mask is kept: a float of 0s and 1s (`torch.tensor([[1.,
+            # 0.]])` handed to a pooling that multiplies its logits by it, MC520)
+            kept["float01"] = True
     if facts.number is not None and not facts.number < -FP16_MAX:
         kept.pop("number", None)  # only a masking value is read from a number
     if facts.flag is None:
@@ -5631,6 +5651,8 @@ def lint_tree(
     if "torch" not in roots and "numpy" in roots:
         # numpy computes `1 - bool_array` and `bool_array - 1` (int results): MC512 is torch's
         enabled = enabled - {"MC512"}
+    if "lambda" in source:
+        _named_lambdas_as_defs(tree)
     token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
     try:
         linter, hits, declared = first_walk(tree, enabled, source, path)
@@ -5661,6 +5683,35 @@ def lint_tree(
         return hits
     finally:
         MODULE_ALIASES.reset(token)
+
+
+def _named_lambdas_as_defs(tree: ast.AST) -> None:
+    """`attend = lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)` read as the `def` it names:
+    its parameters get roles and its calls' facts like any function of the file (a padding
+    mask handed to SDPA through a lambda). Rewrites the statement lists in place."""
+    for node in ast.walk(tree):
+        for field_name in _STATEMENT_LISTS:
+            body = getattr(node, field_name, None)
+            if not isinstance(body, list) or not any(
+                    isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                    and isinstance(stmt.value, ast.Lambda) for stmt in body):
+                continue
+            for index, stmt in enumerate(body):
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target: ast.expr = stmt.targets[0]
+                elif isinstance(stmt, ast.AnnAssign):  # `attend: Callable = lambda ...`
+                    target = stmt.target
+                else:
+                    continue
+                lam = stmt.value
+                if not (isinstance(lam, ast.Lambda) and isinstance(target, ast.Name)):
+                    continue
+                returned = ast.copy_location(ast.Return(lam.body), lam.body)
+                define = ast.FunctionDef(name=target.id, args=lam.args,
+                                         body=[returned], decorator_list=[], returns=None)
+                if "type_params" in ast.FunctionDef._fields:  # Python 3.12+
+                    setattr(define, "type_params", [])  # noqa: B010 (not in 3.10's stubs)
+                body[index] = ast.copy_location(define, stmt)
 
 
 _Declared = tuple[dict[str, tuple[_Role, ...]], dict[str, dict[str, Value]],
