@@ -881,6 +881,24 @@ class Linter:
                 return UNKNOWN
         return UNKNOWN
 
+    def _record_field(self, node: ast.Attribute) -> Value | None:
+        """A field of a record held deeper than `cfg.x`: `cfg.mask.fill_value` of `cfg:
+        ModelConfig` whose `mask: MaskConfig` field has that default, or `self.cfg.x` of an
+        `__init__` that stored `self.cfg = cfg` (see `_Scope.fields`)."""
+        text = dotted(node)
+        if text is None:
+            return None
+        parts = text.split(".")
+        if parts[0] == "self":
+            cls = self._class_scope()
+            fields = cls.fields.get(".".join(parts[:2])) if cls is not None else None
+            rest = parts[2:]
+        else:
+            fields = None if parts[0] in self.scope.assigned else self.scope.fields.get(
+                parts[0])
+            rest = parts[1:]
+        return fields.get(".".join(rest)) if fields is not None and rest else None
+
     def _lookup_self(self, attr: str, prefix: str = "self.") -> Value:
         key = prefix + attr
         for scope in reversed(self.scopes):
@@ -902,6 +920,10 @@ class Linter:
             if fields is not None and node.attr in fields and (
                     node.value.id not in self.scope.assigned):
                 return fields[node.attr]  # `cfg.causal` of `cfg: Config` (see `_Scope.fields`)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            held = self._record_field(node)
+            if held is not None:
+                return held
         facts = describe(node, self.lookup)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
             # an additive mask plus a finite bias that is not the scores (ALiBi's
@@ -1708,6 +1730,17 @@ class Linter:
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None)}
+            if isinstance(done.node, ast.ClassDef):
+                for stmt in done.node.body:
+                    # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested
+                    # record's defaults, as `mask.fill_value`
+                    nested = self._class_fields.get(_annotation_name(stmt.annotation) or "") if (
+                        isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    ) else None
+                    if nested and isinstance(stmt, ast.AnnAssign) and isinstance(
+                            stmt.target, ast.Name):
+                        constants.update({f"{stmt.target.id}.{key}": value
+                                          for key, value in nested.items()})
             if constants:
                 self._class_fields[done.name] = constants
                 for key, value in constants.items():
@@ -2358,6 +2391,11 @@ class Linter:
             cls = self._class_scope()
             if cls is not None:
                 cls.mutated.discard("self." + target.attr)  # bound anew
+                if isinstance(value, ast.Name) and value.id in self.scope.fields and (
+                        value.id not in self.scope.assigned):
+                    # `self.cfg = cfg` of `cfg: ModelConfig`: `self.cfg.x` is the field's
+                    # default in every method
+                    cls.fields["self." + target.attr] = self.scope.fields[value.id]
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
@@ -3280,6 +3318,8 @@ class Linter:
         function has not rebound, by its constant default (hyunwoongko/transformer's
         `masked_fill(mask == 0, -e)` with `e=1e-12`)."""
         v = number(node, self.lookup)
+        if v is None and isinstance(node, ast.Attribute):
+            v = self.value(node).number  # `cfg.fill_value` of `cfg: MaskConfig`, by its default
         if v is not None:
             return v
         sign, name = 1.0, node

@@ -64,18 +64,26 @@ HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(
                        r"|autocast\((?:[^()]|\([^()]*\))*?dtype\s*=\s*torch\.(?:float16|half"
                        r"|bfloat16)\b")
 _AUTOCAST_OFF = re.compile(rb"enabled\s*=\s*False")
+# Any autocast call: it runs matmuls in float16 or bfloat16 whatever names its dtype
+# (`dtype=cfg.amp_dtype`, or none: float16 on CUDA), unless it is switched off or asks for
+# float32 (which CUDA autocast refuses, disabling itself).
+_AUTOCAST_CALL = re.compile(r"\bautocast\(")
 
 
 def casts_half(source: str) -> bool:
-    """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`), not
-    counting an autocast switched off in its call (`autocast(..., dtype=torch.float16,
-    enabled=False)`)."""
+    """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`) or runs
+    code under an autocast, not counting an autocast switched off in its call
+    (`autocast(..., dtype=torch.float16, enabled=False)`) or one to a full-precision dtype."""
+    data: bytes | None = None
     for match in HALF_CAST.finditer(source):
         if not match.group().startswith("autocast("):
             return True
-        data = source.encode("utf-8", "replace")
-        start = len(source[:match.start()].encode("utf-8", "replace")) + len(b"autocast(")
-        if not _AUTOCAST_OFF.search(_call_arguments(data, start)):
+    for match in _AUTOCAST_CALL.finditer(source):
+        if data is None:
+            data = source.encode("utf-8", "replace")
+        start = len(source[:match.end()].encode("utf-8", "replace"))
+        arguments = _call_arguments(data, start)
+        if not (_AUTOCAST_OFF.search(arguments) or _FULL_PRECISION.search(arguments)):
             return True
     return False
 
