@@ -935,6 +935,11 @@ class Linter:
                     return replace(facts, additive=True)
         return facts
 
+    def _callee_text(self, call: ast.Call) -> str:
+        """How a message names the function a call calls: its name, else its text
+        (`self.layers[i]` of a ModuleList element)."""
+        return call_name(call) or self._text(call.func)
+
     def _text(self, node: ast.AST) -> str:
         """The node's own source text (cut at 40 characters), for messages and fixes."""
         text = self._segment(node)
@@ -4255,7 +4260,7 @@ class Linter:
         for entry in roles:
             if entry.position == _KWARGS_POSITION:
                 self._forwarded_keywords(call, entry)
-        name = call_name(call) or "the function"
+        name = self._callee_text(call)
         by_role: dict[str, list[ast.expr]] = {}
         callees = self._callee_keys(call) if self.use_site else ()
         for entry in roles:
@@ -4383,7 +4388,7 @@ class Linter:
         `triu(full(-inf), 1)`): `1 - mask` reads it as a 1/0 keep mask, so the kept positions get
         the masking value and the masked ones +inf times it (MC523). Reported at the
         subtraction, once, naming the call."""
-        name = call_name(call) or "the function"
+        name = self._callee_text(call)
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role == "rsub" else None
             if arg is None or id(entry.use) in self._rsub_done:
@@ -4449,7 +4454,7 @@ class Linter:
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role in _LAYOUT_ROLES else None
             if arg is not None and self.value(arg).layout == "BS":
-                name = call_name(call) or "the function"
+                name = self._callee_text(call)
                 self._padding_as_attn_mask(arg, entry.role, f" and {name}() hands it on as "
                                            f"attn_mask ({entry.param})")
                 return
@@ -4466,7 +4471,7 @@ class Linter:
             arg = _role_argument(call, entry)
             if arg is not None and self.value(arg).layout == "B1S1" and (
                     entry.role.endswith("sdpa") or self._fills_scores(entry.use)):
-                name = call_name(call) or "the function"
+                name = self._callee_text(call)
                 self._query_axis_padding(arg, f"{entry.param} of {name}()")
                 return
 
@@ -4528,7 +4533,7 @@ class Linter:
         as its bool attn_mask (True = may attend) or fills where it is 0. Reported in the
         function when the parameter's name says padding (`pad`, `padding_mask`: the function
         reads its input against its name), else at the call."""
-        name = call_name(call) or "the function"
+        name = self._callee_text(call)
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role in {"keep-sdpa", "keep-fill"} else None
             if arg is None:
@@ -4556,7 +4561,7 @@ class Linter:
         the parameter as True = masked. Reported in the function when the parameter's own name
         says keep (`attention_mask`: the function reads its input against the convention of its
         name), else at the call (the caller passes the wrong mask)."""
-        name = call_name(call) or "the function"
+        name = self._callee_text(call)
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role.startswith("drop") else None
             if arg is None:
