@@ -867,10 +867,7 @@ class Linter:
         if name.startswith("super()."):  # the base class's method, in the class's scope
             return self._lookup_self(name[8:], "super().")
         if name.startswith(FIELD):  # `inputs.src_mask == 0` of `inputs: EncoderInputs`
-            head, _, attr = name[len(FIELD):].partition(".")
-            fields = self.scope.fields.get(head)
-            return fields[attr] if fields is not None and attr in fields and (
-                head not in self.scope.assigned) else UNKNOWN
+            return self._record_field(name[len(FIELD):]) or UNKNOWN
         for depth, scope in enumerate(reversed(self.scopes)):
             if depth and scope.kind == "class":
                 continue
@@ -881,13 +878,11 @@ class Linter:
                 return UNKNOWN
         return UNKNOWN
 
-    def _record_field(self, node: ast.Attribute) -> Value | None:
-        """A field of a record held deeper than `cfg.x`: `cfg.mask.fill_value` of `cfg:
-        ModelConfig` whose `mask: MaskConfig` field has that default, or `self.cfg.x` of an
-        `__init__` that stored `self.cfg = cfg` (see `_Scope.fields`)."""
-        text = dotted(node)
-        if text is None:
-            return None
+    def _record_field(self, text: str) -> Value | None:
+        """A field of a record by its dotted text: `inputs.src_mask` of `inputs: EncoderInputs`,
+        `cfg.mask.fill_value` of `cfg: ModelConfig` whose `mask: MaskConfig` field has that
+        default, or `self.cfg.x` of an `__init__` that stored `self.cfg = cfg` (see
+        `_Scope.fields`); None where no record holds it, or the name was rebound."""
         parts = text.split(".")
         if parts[0] == "self":
             cls = self._class_scope()
@@ -920,8 +915,9 @@ class Linter:
             if fields is not None and node.attr in fields and (
                     node.value.id not in self.scope.assigned):
                 return fields[node.attr]  # `cfg.causal` of `cfg: Config` (see `_Scope.fields`)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
-            held = self._record_field(node)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and (
+                chain := dotted(node)) is not None:
+            held = self._record_field(chain)
             if held is not None:
                 return held
         facts = describe(node, self.lookup)
@@ -1734,7 +1730,8 @@ class Linter:
                     self.bind(member, replace(self.lookup(member), member=member))
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
-                         if "." not in key and (value.flag is not None or value.number is not None)}
+                         if "." not in key and (value.flag is not None or value.number is not None
+                                                or value.names_dtype is not None)}
             if isinstance(done.node, ast.ClassDef):
                 for stmt in done.node.body:
                     # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested

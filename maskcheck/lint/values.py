@@ -172,6 +172,9 @@ class Value:
     # helper returning torch.bfloat16 or None), or a tensor cast to one (`m.to(dtype=dtype)`).
     # Read only where a float32-only value meets it (MC517); kept through branch joins.
     maybe_half: bool = False
+    # A torch dtype object itself (`torch.float32` held in a name or a config field,
+    # `compute_dtype: torch.dtype = torch.float32`): what `.to(that)` casts to.
+    names_dtype: str | None = None
     # A parameter annotated `torch.BoolTensor` (AllenNLP's masks): 0/1, but not surely bool
     # (protenix annotates so an int indicator, `1 - is_ligand`): a float cast of it is a float
     # 0/1 mask (MC520), while `1 - it` is no proof of a bool subtraction.
@@ -688,6 +691,10 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         known = lookup("self." + node.attr)
         if known:
             return known
+    if isinstance(node.value, ast.Attribute) and (chain := dotted(node)) is not None:
+        field = lookup(FIELD + chain)
+        if field:  # `self.cfg.compute_dtype`, `cfg.mask.fill_value`: a record's field
+            return field
     if isinstance(node.value, ast.Name) and node.value.id not in _MODULE_ROOTS:
         field = lookup(f"{FIELD}{node.value.id}.{node.attr}")
         if field:  # `inputs.src_mask` of `inputs: EncoderInputs`, a record of this file
@@ -710,8 +717,9 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
     if node.attr in _ALIASED_APIS or (
             node.attr in ATTENTION_CLASSES and module_dotted(node.value) in {"nn", "torch.nn"}):
         return Value(api=node.attr)  # `attend = F.scaled_dot_product_attention`, `MHA = nn.M...`
-    if dtype_of(node) in HALF_DTYPES and module_dotted(node.value) == "torch":
-        return Value(maybe_half=True)  # `dtype = torch.bfloat16`: the dtype object
+    if module_dotted(node.value) == "torch" and (held_dtype := dtype_of(node)) is not None:
+        # `dtype = torch.bfloat16`: the dtype object
+        return Value(maybe_half=held_dtype in HALF_DTYPES, names_dtype=held_dtype)
     return UNKNOWN
 
 
@@ -1645,7 +1653,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
                        float01=False)
     if name in {"to", "type"}:
         target = argument(call, 0, "dtype")
-        dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype"))
+        dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype")) or _held_dtype(
+            target, lookup) or _held_dtype(kwarg(call, "dtype"), lookup)
         if dtype:
             return _retyped(base, dtype)
         if kwarg(call, "dtype") is None and (target is None or _is_device(target)):
@@ -1817,6 +1826,14 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
 _FLOAT_TENSOR_NAMES = frozenset({"q", "k", "v", "query", "key", "value", "x", "hidden_states",
                                  "inputs_embeds", "query_states", "key_states", "value_states"})
 _FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight", "hidden", "embed")
+
+
+def _held_dtype(node: ast.AST | None, lookup: Lookup) -> str | None:
+    """The dtype a name or attribute holds (`COMPUTE_DTYPE`, `self.cfg.compute_dtype` of a
+    config field `compute_dtype: torch.dtype = torch.float32`), when the file bound it to one."""
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+        return None
+    return describe(node, lookup).names_dtype
 
 
 def _float_target(node: ast.AST, lookup: Lookup) -> bool:

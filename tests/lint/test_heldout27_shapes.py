@@ -142,3 +142,52 @@ def test_a_tiny_negative_fill_hardly_masks() -> None:
     weights = scores.masked_fill(~keep, -1e-9).softmax(-1)
     assert weights[0, 2] > 0.3  # the padded key weighs as much as a real one
     assert F.softmax(scores.masked_fill(~keep, float("-inf")), -1)[0, 2] == 0
+
+
+CONFIG_DTYPE = """\
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    compute_dtype: torch.dtype = torch.float32
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def forward(self, q, k, v, keep):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep[:, None, None, :].to(dtype=self.cfg.compute_dtype))
+"""
+
+
+def test_a_cast_to_a_config_held_dtype_is_a_float_cast(found: Found) -> None:
+    assert found(CONFIG_DTYPE) == [(20, "MC508")]
+    assert found(CONFIG_DTYPE.replace(".to(dtype=self.cfg.compute_dtype)", "")) == []
+    assert found(CONFIG_DTYPE.replace("torch.dtype = torch.float32",
+                                      "torch.dtype = torch.bool")) == []
+
+
+def test_a_cast_to_a_module_dtype_constant_is_a_float_cast(found: Found) -> None:
+    constant = CONFIG_DTYPE.replace("from torch import nn\n",
+                                    "from torch import nn\n\nCOMPUTE = torch.float32\n").replace(
+        "dtype=self.cfg.compute_dtype", "COMPUTE")
+    assert found(constant) == [(22, "MC508")]
+
+
+def test_sdpa_adds_a_float_keep_mask_and_masks_nothing() -> None:
+    q = torch.randn(1, 1, 3, 4)
+    keep = torch.tensor([[True, True, False]])
+    as_float = F.scaled_dot_product_attention(q, q, q, attn_mask=keep[:, None, None, :].float())
+    unmasked = F.scaled_dot_product_attention(q, q, q)
+    masked = F.scaled_dot_product_attention(q, q, q, attn_mask=keep[:, None, None, :])
+    # adding 1 to every kept score and 0 to the padded one: the padded key still weighs
+    assert not torch.allclose(as_float, masked)
+    assert not torch.allclose(as_float, unmasked)
