@@ -1377,6 +1377,10 @@ class Linter:
             for param, seed in seeds.items():
                 if seed.dtype is not None and _dtype_tested(node, param):
                     continue  # `if m.dtype == torch.bool: ...`: the function takes either kind
+                if seed.module in self._class_fields and param not in scope.fields:
+                    # every call passes an instance of a record of this file (`cfg = Config()`,
+                    # `Attn(cfg)`): `cfg.x` is the field's default, as for `cfg: Config`
+                    scope.fields[param] = self._class_fields[seed.module or ""]
                 held = scope.values.get(param)
                 if held == UNKNOWN:
                     scope.values[param] = seed
@@ -1704,6 +1708,14 @@ class Linter:
                 if "." not in key and (helper.returns_bool or helper.result is not None
                                        or helper.inline is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
+            for method in getattr(done.node, "body", []):
+                # `Config.from_dict(d)`: a classmethod called through its class gives what its
+                # returns give (`return cls(**d)`: an instance of the class)
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                        (module_dotted(d) or "") == "classmethod" for d in method.decorator_list):
+                    held = done.values.get("self." + method.name)
+                    if held is not None and held.result is not None:
+                        self.bind(f"{done.name}.{method.name}", replace(held, param_roles=()))
             for key in properties:  # what `instance.name` reads (see values)
                 held = done.values.get("self." + key)  # (what `self.name` reads, see above)
                 if held:
@@ -1782,7 +1794,13 @@ class Linter:
                 # a caller that uses the result as a tensor holds
                 self.scope.returns_none = True
                 return
-            self.scope.returns.append(self.value(node.value))
+            returned = self.value(node.value)
+            built = _constructed_class(node.value, self.scopes)
+            if built in self._local_classes and not returned.module:
+                # `return cls(**kwargs)` of a classmethod, `return Config(...)`: an instance of
+                # a class of this file (a record's fields are read through it)
+                returned = replace(returned, module=built)
+            self.scope.returns.append(returned)
             if isinstance(node.value, ast.Tuple):
                 self.scope.tuple_returns.append(tuple(self.value(e) for e in node.value.elts))
             if isinstance(node.value, ast.Dict):
@@ -2398,6 +2416,8 @@ class Linter:
                     # `self.cfg = cfg` of `cfg: ModelConfig`: `self.cfg.x` is the field's
                     # default in every method
                     cls.fields["self." + target.attr] = self.scope.fields[value.id]
+                elif facts.module in self._class_fields:  # `self.cfg = Config()`
+                    cls.fields["self." + target.attr] = self._class_fields[facts.module or ""]
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
@@ -3017,7 +3037,11 @@ class Linter:
     # --- MC501 ---
 
     def _is_large_negative(self, node: ast.AST) -> bool:
-        v = number(node, self.lookup)
+        return self._is_large_number(number(node, self.lookup))
+
+    @staticmethod
+    def _is_large_number(v: float | None) -> bool:
+        """A finite number float16 cannot hold, negative (a fill value)."""
         return v is not None and math.isfinite(v) and v < -FP16_MAX
 
     def _masked_fill(self, call: ast.Call, name: str, parent: ast.AST | None = None) -> None:
@@ -3036,6 +3060,15 @@ class Linter:
             held = self.lookup("self." + (self_attr(value) or "")).number
             if held is not None and math.isfinite(held) and held < -FP16_MAX:
                 self._large_negative(value, name, target)
+        elif value is not None and target is not None and isinstance(value, ast.Attribute) and (
+                isinstance(value.value, ast.Attribute)) and self._is_scores(target) and (
+                self._is_large_number(self.value(value).number)) and (
+                self._speaks_float16() or _FLOAT16_NAMED.search(self.source) is not None):
+            # `scores.masked_fill(m, self.cfg.mask_value)`: a config record's field whose
+            # default is `mask_value: float = -1e9` (as the attribute case above), in a file
+            # that runs float16 itself (a config default of a bfloat16 model, Gemma's
+            # `attention_invalid_logits_value`, is finite there)
+            self._large_negative(value, name, target)
         elif value is not None and target is not None and self._masking_default(
                 value) is not None and self._is_scores(target):
             # `def pool(scores, keep, fill=-1e10): scores.masked_fill(~keep, fill)`: every call
@@ -5725,6 +5758,26 @@ def lint_tree(
         return hits
     finally:
         MODULE_ALIASES.reset(token)
+
+
+# The dtype named as a string (`choices=["float32", "float16"]`, `getattr(torch, "float16")`):
+# with a config's masking value, the file's own word that the model may run in float16.
+_FLOAT16_NAMED = re.compile(r"""["'](?:float16|fp16|half)["']""")
+
+
+def _constructed_class(node: ast.AST, scopes: list[_Scope]) -> str | None:
+    """The class a call builds by its name (`Config(...)`), or the enclosing class for
+    `cls(...)` in a classmethod."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return None
+    if node.func.id != "cls":
+        return node.func.id
+    function = scopes[-1].node if scopes else None
+    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            (module_dotted(d) or "") == "classmethod" for d in function.decorator_list):
+        owner = next((s.name for s in reversed(scopes[:-1]) if s.kind == "class"), None)
+        return owner or None
+    return None
 
 
 def _named_lambdas_as_defs(tree: ast.AST) -> None:

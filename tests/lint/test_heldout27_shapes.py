@@ -191,3 +191,62 @@ def test_sdpa_adds_a_float_keep_mask_and_masks_nothing() -> None:
     # adding 1 to every kept score and 0 to the padded one: the padded key still weighs
     assert not torch.allclose(as_float, masked)
     assert not torch.allclose(as_float, unmasked)
+
+
+CONFIG_INSTANCE = """\
+import argparse
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    dtype: str = "float32"
+    mask_value: float = -1e9
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**d)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+
+    def forward(self, scores, hide):
+        return scores.masked_fill(hide, self.cfg.mask_value).softmax(-1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    cfg = ModelConfig.from_dict({"dtype": parser.parse_args().dtype})
+    model = SelfAttention(cfg).to(getattr(torch, cfg.dtype))
+"""
+
+
+def test_an_unannotated_config_is_known_by_what_every_call_passes(found: Found) -> None:
+    # held-out 22's config LM: the instance comes from a classmethod, `return cls(**d)`
+    assert found(CONFIG_INSTANCE) == [(24, "MC501")]
+    direct = CONFIG_INSTANCE.replace('ModelConfig.from_dict({"dtype": parser.parse_args().dtype})',
+                                     "ModelConfig()")
+    assert found(direct) == [(24, "MC501")]
+    assert found(CONFIG_INSTANCE.replace("-1e9", 'float("-inf")')) == []
+
+
+def test_a_config_masking_value_needs_the_file_to_name_float16(found: Found) -> None:
+    # a bfloat16 model's config default (Gemma's attention_invalid_logits_value) is finite
+    bf16 = CONFIG_INSTANCE.replace('choices=["float32", "float16"]',
+                                   'choices=["float32", "bfloat16"]')
+    assert found(bf16) == []
+
+
+def test_filling_float16_scores_with_minus_1e9_raises() -> None:
+    scores = torch.zeros(2, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="overflow"):
+        scores.masked_fill(torch.tensor([True, False]), -1e9)
+    assert torch.zeros(2, dtype=torch.bfloat16).masked_fill(
+        torch.tensor([True, False]), -1e9).isfinite().all()
