@@ -1744,17 +1744,13 @@ class Linter:
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None
                                                 or value.names_dtype is not None)}
-            if isinstance(done.node, ast.ClassDef):
-                for stmt in done.node.body:
-                    # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested
-                    # record's defaults, as `mask.fill_value`
-                    nested = self._class_fields.get(_annotation_name(stmt.annotation) or "") if (
-                        isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    ) else None
-                    if nested and isinstance(stmt, ast.AnnAssign) and isinstance(
-                            stmt.target, ast.Name):
-                        constants.update({f"{stmt.target.id}.{key}": value
-                                          for key, value in nested.items()})
+            for stmt in getattr(done.node, "body", []):
+                # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested record's
+                # defaults, as `mask.fill_value`
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and (
+                        nested := self._class_fields.get(_annotation_name(stmt.annotation) or "")):
+                    constants.update({f"{stmt.target.id}.{key}": value
+                                      for key, value in nested.items()})
             if constants:
                 self._class_fields[done.name] = constants
                 for key, value in constants.items():
@@ -5783,14 +5779,16 @@ def _constructed_class(node: ast.AST, scopes: list[_Scope]) -> str | None:
 def _named_lambdas_as_defs(tree: ast.AST) -> None:
     """`attend = lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)` read as the `def` it names:
     its parameters get roles and its calls' facts like any function of the file (a padding
-    mask handed to SDPA through a lambda). Rewrites the statement lists in place."""
-    for node in ast.walk(tree):
-        for field_name in _STATEMENT_LISTS:
+    mask handed to SDPA through a lambda). Rewrites the statement lists in place; only
+    statements are visited (no expression holds one)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for field_name in (*_STATEMENT_LISTS, "cases"):
             body = getattr(node, field_name, None)
-            if not isinstance(body, list) or not any(
-                    isinstance(stmt, (ast.Assign, ast.AnnAssign))
-                    and isinstance(stmt.value, ast.Lambda) for stmt in body):
+            if not isinstance(body, list):
                 continue
+            stack.extend(item for item in body if isinstance(item, ast.AST))
             for index, stmt in enumerate(body):
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                     target: ast.expr = stmt.targets[0]
