@@ -390,8 +390,9 @@ MASK_MULTIPLIED_INTO_LOGITS = register(RuleInfo(
     "softmax then gives each of them exp(0) = 1 of unnormalised weight, as much as a real "
     "token with a zero score: the padding (or the future) is attended to. Multiplying after "
     "softmax (and renormalising) is correct; before it the positions must be filled. The rule "
-    "fires only where the mask's 0/1 values are proven from the source and the product goes "
-    "into softmax directly or by the same name, not re-masked after it.",
+    "fires only where the mask's 0/1 values are proven from the source (or the mask is an "
+    "untouched `attention_mask`, Hugging Face's 1 = real token, as MC502 reads it) and the "
+    "product goes into softmax directly or by the same name, not re-masked after it.",
     "enc = tokenizer(texts, return_tensors='pt', padding=True)\n"
     "keep = enc['attention_mask'][:, None, None, :]\n"
     "weights = torch.softmax(scores * keep, dim=-1)",

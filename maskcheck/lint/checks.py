@@ -2965,7 +2965,8 @@ class Linter:
         if not isinstance(node.op, ast.Mult):
             return None
         for mask, other in ((node.right, node.left), (node.left, node.right)):
-            if self._zero_one_mask(mask) and _tensor_operand(other) and not (
+            if (self._zero_one_mask(mask) or self._is_untouched(mask, _is_hf_mask_name)) and (
+                    _tensor_operand(other)) and not (
                     _names_a_mask(other) or self._zero_one_mask(other)
                     or self.value(other).dtype in {"bool", "int"}):
                 return mask
