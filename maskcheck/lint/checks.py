@@ -462,6 +462,21 @@ def _is_hf_mask_name(name: str) -> bool:
     return name == "attention_mask"
 
 
+def _convention_base(node: ast.AST) -> ast.AST:
+    """What a mask expression reads through indexing, reshapes and `.bool()`, which keep its
+    convention: `attention_mask` of `attention_mask[:, None, None, :].bool()`."""
+    while True:
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            node = node.value  # `key_padding_mask[:, None, None, :]`
+        elif isinstance(node, ast.Call) and receiver(node) is not None and (
+                (not node.args and call_name(node) == "bool")
+                or call_name(node) in _SHAPE_KEEPING):
+            # `attention_mask.bool()`, `attention_mask.reshape(b * r, c)`: the convention
+            node = receiver(node) or node
+        else:
+            return node
+
+
 def _is_key_padding_name(name: str) -> bool:
     return name == "key_padding_mask" or name.endswith("_key_padding_mask")
 
@@ -2965,7 +2980,7 @@ class Linter:
         if not isinstance(node.op, ast.Mult):
             return None
         for mask, other in ((node.right, node.left), (node.left, node.right)):
-            if (self._zero_one_mask(mask) or self._is_untouched(mask, _is_hf_mask_name)) and (
+            if (self._zero_one_mask(mask) or self._untouched_hf_name(mask)) and (
                     _tensor_operand(other)) and not (
                     _names_a_mask(other) or self._zero_one_mask(other)
                     or self.value(other).dtype in {"bool", "int"}):
@@ -3527,17 +3542,15 @@ class Linter:
                 return keyword
         return None
 
+    def _untouched_hf_name(self, node: ast.AST) -> bool:
+        """A name (a parameter, through indexing and reshapes) that is still the caller's
+        `attention_mask`: Hugging Face's 1 = real token by its name, as MC502 reads it. Not an
+        entry of a dict (`features["attention_mask"]`), whose dict may have been handed on."""
+        return isinstance(_convention_base(node), ast.Name) and self._is_untouched(
+            node, _is_hf_mask_name)
+
     def _is_untouched(self, node: ast.AST, wanted: object) -> bool:
-        while True:
-            if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
-                node = node.value  # `key_padding_mask[:, None, None, :]`
-            elif isinstance(node, ast.Call) and receiver(node) is not None and (
-                    (not node.args and call_name(node) == "bool")
-                    or call_name(node) in _SHAPE_KEEPING):
-                # `attention_mask.bool()`, `attention_mask.reshape(b * r, c)`: the convention
-                node = receiver(node) or node
-            else:
-                break
+        node = _convention_base(node)
         name = last_name(node)
         if name is None or not callable(wanted) or not wanted(name):
             return False

@@ -52,3 +52,22 @@ def test_a_padded_logit_multiplied_by_zero_keeps_its_weight() -> None:
     assert weights[0, 2] > 0.03  # exp(0) next to exp(3) and exp(1)
     filled = logits.masked_fill(attention_mask == 0, float("-inf")).softmax(-1)
     assert filled[0, 2] == 0
+
+
+def test_a_reshaped_attention_mask_is_still_read_by_its_name(found: Found) -> None:
+    reshaped = BAD.replace("attention_mask[:, None, None, :]",
+                           "attention_mask.unsqueeze(1).unsqueeze(2)")
+    assert found(reshaped) == [(4, "MC520")]
+
+
+def test_a_dict_entry_handed_on_by_name_is_not_read_by_its_name(found: Found) -> None:
+    # `self.backbone(features)` may rewrite the entry: only a name keeps its convention
+    entry = """\
+import torch
+
+def score(self, features, emb):
+    self.backbone(features)
+    logits = self.cls(emb).squeeze(-1) * features["attention_mask"]
+    return logits.softmax(-1)
+"""
+    assert found(entry) == []
