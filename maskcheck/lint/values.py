@@ -561,7 +561,20 @@ def _tri_of(call: ast.Call, name: str, base: Value) -> str | None:
         return "supper"
     if d == -1 and name == "tril":
         return "slower"
+    if d is None and name == "triu" and base.dtype == "bool" and base.all_ones and (
+            _offset_of_lengths(diagonal)):
+        # `ones(n_new, n_total, dtype=bool).triu(n_total - n_new)`: new queries at the end of
+        # a cache, True from each one's own key on (as `triu` of the square case)
+        return "upper"
     return None
+
+
+def _offset_of_lengths(node: ast.AST | None) -> bool:
+    """`n_total - n_new`, `past + 1`, `k.size(-2) - q.size(-2)`: where the last queries' diagonal
+    sits among the keys, a difference or sum of sizes (not a bare name that may be negative)."""
+    return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Sub, ast.Add)) and all(
+        isinstance(side, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant))
+        for side in (node.left, node.right))
 
 
 def _triangle(call: ast.Call, name: str, base: Value) -> Value:
@@ -1030,8 +1043,53 @@ def _names_pad_index(node: ast.AST) -> bool:
     return "pad" in text or "null_idx" in text
 
 
+# `i[:, None] OP i[None, :]` of positions: where the True entries of the comparison sit.
+_COLUMN_VS_ROW = {ast.GtE: "lower", ast.Gt: "slower", ast.LtE: "upper", ast.Lt: "supper"}
+
+
+def _position_axis(node: ast.AST) -> tuple[str, str] | None:
+    """("column" | "row", name) for positions laid on one axis: `i[:, None]`,
+    `i.unsqueeze(-1)` / `i.unsqueeze(1)` (a column), `i[None, :]`, `i[None]`, `i.unsqueeze(0)` (a
+    row), where `i` is a name of positions (`torch.arange(n)`, `pos`, `seq_range`)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        full = [isinstance(p, ast.Slice) and p.lower is None and p.upper is None
+                and p.step is None for p in parts]
+        if len(parts) == 2 and full[0] and is_none(parts[1]):
+            return "column", node.value.id
+        if parts and is_none(parts[0]) and all(full[1:]) and len(parts) <= 2:
+            return "row", node.value.id
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "unsqueeze") and len(node.args) == 1 and isinstance(
+            node.func.value, ast.Name):
+        axis = number(node.args[0])
+        if axis in {1, -1}:
+            return "column", node.func.value.id
+        if axis == 0:
+            return "row", node.func.value.id
+    return None
+
+
+def _position_triangle(left: ast.AST, op: ast.cmpop, right: ast.AST, lv: Value) -> str | None:
+    """The triangle a comparison of positions with themselves makes: `i[:, None] >= i[None, :]`
+    is True on and below the diagonal (query i may see key j <= i), `>` strictly below, and
+    the other way round for `<=` / `<` or for the row written first."""
+    a, b = _position_axis(left), _position_axis(right)
+    if a is None or b is None or a[1] != b[1] or a[0] == b[0] or not (
+            lv.positions or _positions(left)):
+        return None
+    tri = _COLUMN_VS_ROW.get(type(op))
+    if tri is None:
+        return None
+    return tri if a[0] == "column" else _TRANSPOSED[tri]
+
+
 def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
     out = Value(dtype="bool")
+    tri = _position_triangle(left, op, right, lv)
+    if tri is not None:
+        return _turned(out, tri, left)
     past_length = _past_length(left, op, right, lv.positions)
     if past_length is not None:
         # `arange(n)[None] >= lengths[:, None]` (ESPnet's make_pad_mask): True at padding;
@@ -1148,6 +1206,13 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.dtype == "bool" and _a_comparison(node.left))):
         # `available | (lengths <= t)[:, None]`: a comparison gives a bool (tensor or Python),
         # and a bool tensor OR-ed with either stays bool
+        triangles = {v.tri for v in (left, right) if v.tri in {"lower", "slower"}}
+        if isinstance(node.op, ast.BitAnd) and len(triangles) == 1 and (
+                not (left.tri and right.tri) or left.tri == right.tri):
+            # `causal & window` of keep-masks: True only where the lower triangle is, so it
+            # points as that triangle does (a sliding window, a causal AND padding mask)
+            held = left if left.tri else right
+            return Value(dtype="bool", tri=held.tri, tri_at=held.tri_at)
         return Value(dtype="bool")
     dtype = left.dtype if left.dtype in FLOAT_DTYPES else None
     if dtype is None and number(node.left, lookup) is not None and isinstance(
