@@ -2173,9 +2173,12 @@ class Linter:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
-                value.func.id in self._local_classes) and not facts.module:
-            facts = replace(facts, module=value.func.id)  # an instance of a class of this file
+        built = _built_module(value)
+        if built in self._local_classes and (not facts.module or facts.mha):
+            # an instance of a class of this file, also one named like torch's (the Annotated
+            # Transformer's own `Transformer(...).to(device)` takes keep-masks, not
+            # nn.Transformer's)
+            facts = replace(facts, module=built, mha=False)
         elements = _container_class(value)
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
@@ -5773,6 +5776,22 @@ def lint_tree(
 # The dtype named as a string (`choices=["float32", "float16"]`, `getattr(torch, "float16")`):
 # with a config's masking value, the file's own word that the model may run in float16.
 _FLOAT16_NAMED = re.compile(r"""["'](?:float16|fp16|half)["']""")
+
+
+# Module methods that return the module itself.
+_RETURNS_MODULE = frozenset({"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16",
+                             "double", "requires_grad_", "share_memory"})
+
+
+def _built_module(node: ast.AST) -> str | None:
+    """The class name a construction calls, through the module methods that return the module
+    (`Transformer(...).to(device).eval()` -> "Transformer")."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in _RETURNS_MODULE):
+        node = node.func.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id
+    return None
 
 
 def _constructed_class(node: ast.AST, scopes: list[_Scope]) -> str | None:

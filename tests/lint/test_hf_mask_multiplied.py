@@ -40,8 +40,8 @@ def attend(scores, attention_mask):
 
 def test_a_rebound_attention_mask_is_read_by_what_it_holds(found: Found) -> None:
     # turned into an additive mask in the function: multiplying by it is MC523, not MC520
-    rebound = BAD.replace("    scores = scores *",
-                          "    attention_mask = (1.0 - attention_mask) * -1e4\n    scores = scores *")
+    additive = "    attention_mask = (1.0 - attention_mask) * -1e4\n"
+    rebound = BAD.replace("    scores = scores *", additive + "    scores = scores *")
     assert found(rebound) == [(5, "MC523")]
 
 
