@@ -238,6 +238,10 @@ class _Role(NamedTuple):
 # The `position` of a role a function's `**kwargs` carry to torch's attention (see
 # `_note_forwarded_kwargs`): matched by no positional argument and no parameter name.
 _KWARGS_POSITION = 1 << 20
+# ... and of a role a function's `**kwargs` carry to a function of this file by one keyword
+# (`def forward(self, x, **kwargs): self.attn(x, **kwargs)`, the attention's `attention_mask`):
+# matched by that keyword at the calls.
+_KWARGS_NAMED = _KWARGS_POSITION + 1
 
 
 class _Param(NamedTuple):
@@ -268,6 +272,9 @@ class _Passed(NamedTuple):
     args: tuple[tuple[Value, tuple[str, str, str, str] | None], ...]
     keywords: dict[str, tuple[Value, tuple[str, str, str, str] | None]]
     spread: bool  # `*args` / `**kw`: what it passes is not known
+    # The calling function (its key) when the call hands on that function's own `**kwargs`:
+    # the other keywords are what its callers gave it
+    forwarded: tuple[str, str] | None = None
 
 
 # What `_Passed` records as the origin of a literal None argument (or a None default left out).
@@ -1428,12 +1435,16 @@ class Linter:
         keys = self._callee_keys(call)
         if not keys:
             return
+        call = self._spread_kwargs(call)  # `layer(x, **layer_kwargs)` of a dict literal
+        forwards = self._forwarded_kwargs_name(call)
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
-            kw.arg is None for kw in call.keywords)
+            kw.arg is None and not (isinstance(kw.value, ast.Name) and kw.value.id == forwards)
+            for kw in call.keywords)
         passed = _Passed(
             tuple((self._seed_facts(a), self._passed_origin(a)) for a in call.args),
             {kw.arg: (self._seed_facts(kw.value), self._passed_origin(kw.value))
-             for kw in call.keywords if kw.arg is not None}, spread)
+             for kw in call.keywords if kw.arg is not None}, spread,
+            self.scope.key if forwards is not None else None)
         for key in keys:
             self.calls.setdefault(key, []).append(passed)
 
@@ -1444,6 +1455,20 @@ class Linter:
             return self.value(call.func.value).element_defs
         key = self._callee_key(call)
         return (key,) if key is not None else ()
+
+    def _forwarded_kwargs_name(self, call: ast.Call) -> str | None:
+        """The name of this function's own `**kwargs` when the call hands it on untouched
+        (`self.attn(x, **kwargs)`)."""
+        node = self.scope.node
+        if self.scope.kind != "function" or self.scope.key is None or not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.args.kwarg is None:
+            return None
+        kwargs = node.args.kwarg.arg
+        if kwargs in self.scope.assigned or kwargs in self.scope.mutated or not any(
+                kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == kwargs
+                for kw in call.keywords):
+            return None
+        return kwargs
 
     def _passed_origin(self, node: ast.AST) -> tuple[str, str, str, str] | None:
         """`_PASSED_NONE` for a literal None, else the caller's parameter `node` is (if one)."""
@@ -1518,6 +1543,29 @@ class Linter:
         memo: dict[tuple[str, str, str], Value] = {}
         visiting: set[tuple[str, str, str]] = set()
 
+        def forwarded(key: tuple[str, str], param: str) -> tuple[Value, None] | None:
+            """What every call of `key` gives by the keyword `param` its `**kwargs` take; None
+            where no call gives it."""
+            signature = self.defs.get(key)
+            outer = calls.get(key)
+            if not signature or len(signature) != 1 or not outer or any(
+                    c.spread or c.forwarded for c in outer) or param in (
+                    *signature[0].positional, *signature[0].keyword_only):
+                return (UNKNOWN, None) if signature and outer else None
+            given = [c.keywords[param] for c in outer if param in c.keywords]
+            if not given:
+                return None
+            if len(given) != len(outer):
+                return UNKNOWN, None
+            joined: Value | None = None
+            for facts, origin in given:
+                if origin is _PASSED_NONE:
+                    continue
+                if origin is not None:
+                    facts = UNKNOWN
+                joined = facts if joined is None else _join(joined, facts)
+            return joined or UNKNOWN, None
+
         def seed(key: tuple[str, str], param: str) -> Value:
             ref = (key[0], key[1], param)
             if ref in memo:
@@ -1538,6 +1586,9 @@ class Linter:
                     facts, origin = call.args[index]
                 elif param in call.keywords:
                     facts, origin = call.keywords[param]
+                elif call.forwarded is not None and (
+                        given := forwarded(call.forwarded, param)) is not None:
+                    facts, origin = given  # what the caller's callers gave its `**kwargs`
                 elif param in sig.defaults:
                     default = sig.defaults[param]
                     facts, origin = _seedable(describe(default, module_lookup)), (
@@ -2211,6 +2262,9 @@ class Linter:
 
     def _assign_target(self, target: ast.expr, value: ast.expr, facts: Value) -> None:
         if isinstance(target, ast.Name):
+            if isinstance(value, ast.Call) and not facts.held_parts and (
+                    held := self._returned_parts(value)):
+                facts = replace(facts, held_parts=held)  # `masks = make_masks(...)`
             self._assign_name(target.id, value, facts)
         elif isinstance(target, ast.Subscript):
             self._subscript_write(target, value)
@@ -2220,6 +2274,8 @@ class Linter:
             # what the call returns is read with the arguments as bound before this line
             returned = self._returned_parts(value) if isinstance(target, ast.Tuple) and (
                 isinstance(value, ast.Call)) else ()
+            if isinstance(target, ast.Tuple) and not returned:
+                returned = facts.held_parts  # `chunk_blocked, valid = masks`
             self._forget_targets(target)
             if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(value)):
                 # `k, v = cache.update(k, v)`: keys hold the cache; `ck, cv = cache`: the cache
@@ -4268,6 +4324,32 @@ class Linter:
             self.scope.param_roles.setdefault((_KWARGS_POSITION, role), _Role(
                 _KWARGS_POSITION, role, call, "**" + kwargs))
 
+    def _forward_keyword_roles(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """`def forward(self, x, **kwargs): return self.attn(x, **kwargs)`: what the callee
+        does with a parameter this call leaves to the keywords it forwards, this function's
+        callers do by that keyword (HF decoder layers handing `attention_mask` on)."""
+        node = self.scope.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+                node.args.kwarg is None) or self.scope.kind != "function":
+            return
+        kwargs = node.args.kwarg.arg
+        if kwargs in self.scope.assigned or kwargs in self.scope.mutated or not any(
+                kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == kwargs
+                for kw in call.keywords):
+            return
+        named = {kw.arg for kw in call.keywords if kw.arg is not None}
+        own = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+        callees = self._callee_keys(call) if self.use_site else ()
+        for entry in roles:
+            if entry.position >= _KWARGS_POSITION or entry.position < len(call.args) or (
+                    entry.param in named or entry.param in own) or any(
+                    (callee, entry.param) in self.use_site for callee in callees):
+                # (a parameter every call gives the same mask: reported at its use)
+                continue
+            self.scope.param_roles.setdefault(
+                (_KWARGS_NAMED, f"{entry.role}:{entry.param}"),
+                _Role(_KWARGS_NAMED, entry.role, entry.use, entry.param, direct=False))
+
     def _forwarded_keywords(self, call: ast.Call, entry: _Role) -> None:
         """A call of a function that hands its `**kwargs` to torch's attention: its keywords
         checked as that attention call's own (sentence-transformers' pooling passing
@@ -4303,6 +4385,8 @@ class Linter:
         for entry in roles:
             if entry.position == _KWARGS_POSITION:
                 self._forwarded_keywords(call, entry)
+        self._forward_keyword_roles(call, roles)
+        call = self._spread_kwargs(call)  # `block(x, **layer_kwargs)` of a dict literal
         name = self._callee_text(call)
         by_role: dict[str, list[ast.expr]] = {}
         callees = self._callee_keys(call) if self.use_site else ()
@@ -5114,10 +5198,12 @@ _SEED_FACTS = frozenset({
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
     "module", "mha", "member",
     # a (batch, 1, seq, 1) padding layout and where it was made (MC514 is reported there)
-    "layout", "layout_at"})
+    "layout", "layout_at",
+    # a tuple of masks a function returned, passed whole (`attn(x, masks)`): its positions
+    "held_parts"})
 
 
-def _seedable(facts: Value) -> Value:
+def _seedable(facts: Value, *, part: bool = False) -> Value:
     """What of a value a parameter may take from its calls (see `_SEED_FACTS`)."""
     if not facts:
         return facts
@@ -5133,11 +5219,15 @@ def _seedable(facts: Value) -> Value:
     if facts.flag is None:
         # (a False flag is kept: `A(is_causal=False)` overrides the parameter's default True)
         kept.pop("flag", None)
-    if facts.layout != "B1S1":
+    if facts.layout != "B1S1" and not part:
         # (a (batch, seq) layout stays with its maker: MC515 reads it at the calls it is
-        # passed to, and a seed would report it a second time inside the function)
+        # passed to, and a seed would report it a second time inside the function; a tuple's
+        # position is not read at the call that passes the tuple)
         kept.pop("layout", None)
         kept.pop("layout_at", None)
+    if facts.held_parts:
+        kept["held_parts"] = tuple(_seedable(p, part=True) if isinstance(p, Value) else p
+                                   for p in facts.held_parts)
     return Value(**kept)
 
 

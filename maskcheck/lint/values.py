@@ -131,6 +131,10 @@ class Value:
     # ... a helper whose body is `name = ...` lines and one return (`inline.Template`): a call
     # of it reads as that return of the call's own arguments.
     inline: Any = None
+    # A tuple that a function of this file returned, bound to one name (`masks =
+    # make_masks(...)`): what each position gives, for `a, b = masks`, `masks[1]` and the
+    # parameter every call hands it to (U2-style streaming encoders pass their masks so).
+    held_parts: tuple[Any, ...] = ()
     # nn.ModuleList / nn.Sequential of instances of one class of this file: what each
     # element's forward does with its parameters (`for layer in self.layers: layer(h, m)`).
     element_roles: tuple[Any, ...] = ()
@@ -772,8 +776,14 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
                        number=None, tri=None, tri_at=None, layout=None,
                        layout_at=None) if base else Value(
             last_position=True)
+    if base.held_parts and isinstance(key, ast.Constant) and type(key.value) is int and (
+            -len(base.held_parts) <= key.value < len(base.held_parts)):
+        return base.held_parts[key.value] or UNKNOWN  # `masks[1]`
     if base in PARAMETER_VALUES and _extends_hf_mask(node):
         return Value(hf_keep=True)
+    if _extension_key(node.slice) and _untouched_hf_zero_test(node.value, lookup):
+        # `(attention_mask == 0)[:, None, None, :]`: the same idiom, True at the padding
+        return Value(dtype="bool", hf_keep_inverted=True)
     if not base:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
@@ -850,9 +860,26 @@ def _extends_hf_mask(node: ast.Subscript) -> bool:
     get_extended_attention_mask) on a 2-D `attention_mask` whose value is not known here: the
     (batch, keys) mask of 1 = real token (conventions.md: a 2-D additive mask is not what HF
     passes). Every such expansion across the precision corpora reads it that way."""
-    if not (isinstance(node.value, ast.Name) and node.value.id == "attention_mask"):
+    return isinstance(node.value, ast.Name) and node.value.id == "attention_mask" and (
+        _extension_key(node.slice))
+
+
+def _untouched_hf_zero_test(node: ast.AST, lookup: Lookup) -> bool:
+    """`attention_mask == 0` (or `.eq(0)`) on a parameter whose value is not known here."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+        tested, zero = node.left, node.comparators[0]
+    elif isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
+            not node.keywords):
+        tested, zero = receiver(node), node.args[0]
+    else:
         return False
-    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+    return isinstance(tested, ast.Name) and tested.id == "attention_mask" and is_zero(zero) and (
+        lookup(tested.id) in PARAMETER_VALUES)
+
+
+def _extension_key(key: ast.expr) -> bool:
+    """The key of `[:, None, None, :]` or `[:, None, :, :]` (see `_extends_hf_mask`)."""
+    parts = key.elts if isinstance(key, ast.Tuple) else []
     if len(parts) != 4 or not is_none(parts[1]):
         return False
     # `[:, None, None, :]` (2-D), or `[:, None, :, :]`: the same method's branch for a 3-D
