@@ -149,6 +149,9 @@ class Hit(NamedTuple):
     end_line: int
     message: str
     edit: Edit | None = None
+    # A call's report of what the callee does with the argument, and the line of that use:
+    # dropped when the use is reported with the same code (the mask read against its own name)
+    echo_of: int | None = None
 
 
 class _Product(NamedTuple):
@@ -991,11 +994,13 @@ class Linter:
         else:
             self.scope.values.pop(name, None)
 
-    def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
+    def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, *,
+               echo_of: ast.AST | None = None) -> None:
         if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
-                                 getattr(node, "end_lineno", None) or line, message, edit))
+                                 getattr(node, "end_lineno", None) or line, message, edit,
+                                 None if echo_of is None else getattr(echo_of, "lineno", None)))
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._prepare(tree)
@@ -1040,9 +1045,11 @@ class Linter:
         # reported by its own reading and by the calls'.
         kept: list[Hit] = []
         made: set[tuple[str, int, int]] = set()
+        # ... and a call's report of a use that is reported itself, with the same code
+        used = {(hit.code, hit.line) for hit in self.hits if hit.echo_of is None}
         for hit in self.hits:
             key = (hit.code, hit.line, hit.col)
-            if key in made:
+            if key in made or (hit.echo_of is not None and (hit.code, hit.echo_of) in used):
                 continue
             made.add(key)
             kept.append(hit)
@@ -4729,7 +4736,7 @@ class Linter:
                 # bound to the other one: reported where it is bound
                 self.report(code, bound if bound is not None else arg, f"{self._text(arg)} is a "
                             f"keep-mask (1 = real token), but {name}() {reads} for "
-                            f"{entry.param}: pass the padding mask (`== 0`)")
+                            f"{entry.param}: pass the padding mask (`== 0`)", echo_of=entry.use)
             return
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:

@@ -866,6 +866,7 @@ def _extends_hf_mask(node: ast.Subscript) -> bool:
 
 def _untouched_hf_zero_test(node: ast.AST, lookup: Lookup) -> bool:
     """`attention_mask == 0` (or `.eq(0)`) on a parameter whose value is not known here."""
+    tested: ast.expr | None
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
         tested, zero = node.left, node.comparators[0]
     elif isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (

@@ -156,3 +156,50 @@ def test_a_keyword_dict_forwarded_through_kwargs_reaches_the_addition(found: Fou
                               "        return self.attn(x, attention_mask=attention_mask, **kw"
                               "args)")
     assert found(named) == [(14, "MC509")]
+
+
+PAST_KV = """\
+import torch
+import torch.nn as nn
+
+class Attention(nn.Module):
+    def forward(self, scores, attention_mask):
+        neg = torch.finfo(scores.dtype).min
+        scores = scores.masked_fill(attention_mask[:, None, None, :].bool(), neg)
+        return scores.softmax(-1)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.ModuleList(Attention() for _ in range(2))
+
+    def forward(self, scores, attention_mask=None):
+        for attn in self.attn:
+            scores = attn(scores, attention_mask)
+        return scores
+
+def generate(model, scores, attention_mask):
+    return model(scores, attention_mask)
+
+def left_pad(ids):
+    return ids, (ids != 0).long()
+
+if __name__ == "__main__":
+    model = Model().eval()
+    ids, mask = left_pad(torch.tensor([[0, 5, 6]]))
+    scores = torch.randn(1, 1, 3, 3)
+    generate(model, scores, mask)
+    model(scores, mask)
+"""
+
+
+def test_a_use_reported_by_its_name_is_not_reported_again_at_the_calls(found: Found) -> None:
+    # the fill reads `attention_mask` (1 = real token) as True = masked: one finding, where
+    # it is read; the calls that pass a keep-mask are the same bug
+    assert found(PAST_KV) == [(7, "MC519")]
+    fixed = PAST_KV.replace("attention_mask[:, None, None, :].bool()",
+                            "attention_mask[:, None, None, :] == 0")
+    assert found(fixed) == []
+    # a parameter not named as a keep-mask: the calls that pass one are the findings
+    renamed = PAST_KV.replace("attention_mask", "pad")
+    assert found(renamed) == [(30, "MC519"), (31, "MC519")]
