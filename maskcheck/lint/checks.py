@@ -1632,7 +1632,10 @@ class Linter:
             for param in (*signature[0].positional, *signature[0].keyword_only):
                 kinds = self.role_kinds.get((key, param), {""})
                 bool_only = False
-                if param in with_roles and not kinds <= _USE_SITE_ROLES:
+                # (a parameter every call gives a tuple of masks is seeded whatever its roles:
+                # they read `masks[1]`, the tuple's element, as a mask of the parameter's)
+                if param in with_roles and not kinds <= _USE_SITE_ROLES and not seed(
+                        key, param).held_parts:
                     if not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
                         continue

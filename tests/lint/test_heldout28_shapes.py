@@ -92,6 +92,10 @@ def test_query_axis_fill_leaves_padded_keys_visible() -> None:
 def test_a_tuple_of_masks_passed_whole_keeps_its_positions(found: Found) -> None:
     assert found(STREAMING) == [(15, "MC514")]
     assert found(STREAMING.replace("~valid[:, None, :, None]", "~valid[:, None, None, :]")) == []
+    # read by index, in the callee
+    callee = STREAMING.replace("chunk_blocked, valid = masks",
+                               "chunk_blocked = masks[0]\n        valid = masks[1]")
+    assert found(callee) == [(16, "MC514")]
     # read by index where the tuple was bound
     indexed = STREAMING.replace("        return scores, masks[1]",
                                 "        valid = masks[1]\n"
