@@ -995,12 +995,12 @@ class Linter:
             self.scope.values.pop(name, None)
 
     def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, *,
-               echo_of: ast.AST | None = None) -> None:
+               echo_of: int | None = None) -> None:
         if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
                                  getattr(node, "end_lineno", None) or line, message, edit,
-                                 None if echo_of is None else getattr(echo_of, "lineno", None)))
+                                 echo_of))
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._prepare(tree)
@@ -1632,6 +1632,13 @@ class Linter:
             for param in (*signature[0].positional, *signature[0].keyword_only):
                 kinds = self.role_kinds.get((key, param), {""})
                 bool_only = False
+                if "add" in kinds and _names_additive(param) and any(
+                        "mask" in other.lower() for other in (
+                            *signature[0].positional, *signature[0].keyword_only)):
+                    # `def attend(q, k, v, bias=None, mask=None)` (jax.nn.dot_product_attention
+                    # and its ports): a function that takes a mask and adds its bias as the name
+                    # says; a call that gives a bool or 0/1 mask as the bias is the finding
+                    continue
                 # (a parameter every call gives a tuple of masks is seeded whatever its roles:
                 # they read `masks[1]`, the tuple's element, as a mask of the parameter's)
                 if param in with_roles and not kinds <= _USE_SITE_ROLES and not seed(
@@ -4464,9 +4471,11 @@ class Linter:
                     self._triangles_told.add(facts.tri_at)
                 where = _BELOW.get(facts.tri or "", "on and below")
                 at, shown = self._triangle_site(mask)
+                # (once: not again where the callee, given the triangle, reports it at its site)
                 self.report("MC521", at, f"{shown} is True {where} the diagonal, but {name}() "
                             "hands it to MultiheadAttention as attn_mask (True = masked): it "
-                            "hides the past and shows the future; use triu(..., diagonal=1)")
+                            "hides the past and shows the future; use triu(..., diagonal=1)",
+                            echo_of=facts.tri_at[0] if facts.tri_at else None)
                 return
 
     def _mask_added_or_multiplied(self, call: ast.Call, name: str,
@@ -4739,7 +4748,8 @@ class Linter:
                 # bound to the other one: reported where it is bound
                 self.report(code, bound if bound is not None else arg, f"{self._text(arg)} is a "
                             f"keep-mask (1 = real token), but {name}() {reads} for "
-                            f"{entry.param}: pass the padding mask (`== 0`)", echo_of=entry.use)
+                            f"{entry.param}: pass the padding mask (`== 0`)",
+                            echo_of=getattr(entry.use, "lineno", None))
             return
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
@@ -5203,7 +5213,7 @@ _ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
-    "wide_finfo", "dtype", "namespace",
+    "wide_finfo", "dtype", "namespace", "tri_at",
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
     "module", "mha", "member",
@@ -5211,6 +5221,14 @@ _SEED_FACTS = frozenset({
     "layout", "layout_at",
     # a tuple of masks a function returned, passed whole (`attn(x, masks)`): its positions
     "held_parts"})
+
+
+# Parameter names that say the value is added to the scores: an additive bias, not a mask.
+_ADDITIVE_NAME = re.compile(r"(?:^|_)(?:bias|biases)$|^additive_|_additive$|^additive$")
+
+
+def _names_additive(param: str) -> bool:
+    return bool(_ADDITIVE_NAME.search(param.lower()))
 
 
 def _seedable(facts: Value, *, part: bool = False) -> Value:

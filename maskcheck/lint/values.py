@@ -1234,6 +1234,8 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.dtype == "bool" and _a_comparison(node.left))):
         # `available | (lengths <= t)[:, None]`: a comparison gives a bool (tensor or Python),
         # and a bool tensor OR-ed with either stays bool
+        if isinstance(node.op, ast.BitOr) and (union := _union_with_triangle(left, right)):
+            return union  # `look_ahead | padding`: True at least on the triangle
         triangles = {v.tri for v in (left, right) if v.tri in {"lower", "slower"}}
         if isinstance(node.op, ast.BitAnd) and len(triangles) == 1 and (
                 not (left.tri and right.tri) or left.tri == right.tri):
@@ -1251,6 +1253,26 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.maybe_half and number(node.left, lookup) is not None)):
         return Value(maybe_half=True)  # `1.0 - m` keeps m's dtype, whichever it is
     return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _union_with_triangle(left: Value, right: Value) -> Value | None:
+    """`tri | pad`, `torch.maximum(pad, tri)` of a lower triangle and another 0/1 or bool mask
+    that holds no triangle: True (1) at least on the triangle, so filling where it is True
+    masks the past as the triangle alone would (TensorFlow's tutorial combines its look-ahead
+    and padding masks with `tf.maximum`). None for anything else."""
+    held, other = (left, right) if left.tri else (right, left)
+    if held.tri not in {"lower", "slower"} or other.tri is not None or other.hides_above or (
+            other.all_ones or other.additive or other.finfo_min or other.number is not None):
+        return None
+    if not (other.dtype == "bool" or other.zero_one or other.float01 or other.padding01
+            or other.pad_keep or other.hf_keep_inverted or other.keep_mask):
+        return None
+    if held.dtype == "bool" and other.dtype == "bool":
+        return Value(dtype="bool", tri=held.tri, tri_at=held.tri_at)
+    if held.zero_one or held.dtype == "bool":
+        return Value(zero_one=True, dtype=held.dtype if held.dtype != "bool" else None,
+                     tri=held.tri, tri_at=held.tri_at)
+    return None
 
 
 def _expansion(node: ast.AST) -> tuple[str, int, int] | None:
@@ -1367,7 +1389,16 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     dtype_kw = dtype_of(kwarg(call, "dtype"))
     grad = kwarg(call, "requires_grad")
     grad_fact = grad is not None and is_true(grad)
-    if is_module_call(call):
+    module = is_module_call(call)
+    if name in {"maximum", "logical_or"} and len(call.args) == (2 if module else 1) and (
+            not call.keywords) and (module or base_node is not None):
+        # `torch.maximum(padding, look_ahead)`, `a.logical_or(b)`: the union of two masks
+        operands = call.args if module or base_node is None else [base_node, *call.args]
+        union = _union_with_triangle(describe(operands[0], lookup), describe(operands[1], lookup))
+        if union is not None:
+            return union if name == "maximum" else Value(dtype="bool", tri=union.tri,
+                                                         tri_at=union.tri_at)
+    if module:
         made = _describe_factory(call, name, dtype_kw, lookup)
         if made is not None:
             return replace(made, grad=grad_fact) if grad_fact else made
