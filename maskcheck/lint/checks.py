@@ -1938,6 +1938,11 @@ class Linter:
             if self.scope.kind == "class":
                 self.scope.values["self." + node.target.id] = Value(mha=True)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
+                self.scope.kind == "class") and (dtype := _jaxtyping_dtype(node.annotation)):
+            # `pairing_key_hash: Int32[Tensor, "depth n"]`, a dataclass field: its dtype in the
+            # methods (an int32 hash filled with a -999991 sentinel is no float16 overflow)
+            self.scope.values["self." + node.target.id] = Value(dtype=dtype)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
                 _annotation_name(node.annotation) in self._class_roles):
             # `model: MyModel` declared: an instance, as a parameter annotated so would be
             self.scope.values[node.target.id] = Value(
@@ -5577,6 +5582,28 @@ def _is_property(node: ast.AST | None) -> bool:
     """A method decorated `@property` or `@cached_property` (`@functools.cached_property`)."""
     return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
         last_name(d) in {"property", "cached_property"} for d in node.decorator_list)
+
+
+# jaxtyping's dtype annotations (`Int32[Tensor, "b n"]`), by the dtype fact they give.
+_JAXTYPING_DTYPES = {
+    **dict.fromkeys(("Int", "Int8", "Int16", "Int32", "Int64", "UInt", "UInt8", "UInt16",
+                     "UInt32", "UInt64", "Integer"), "int"),
+    "Bool": "bool", "Float32": "fp32", "Float64": "fp32", "Float16": "half",
+    "BFloat16": "bf16"}
+
+
+def _jaxtyping_dtype(annotation: ast.expr | None) -> str | None:
+    """The dtype a jaxtyping annotation names (`Int32[Tensor, "n"]`, `Bool[torch.Tensor, ...]`),
+    also inside Optional or `... | None`; None for any other annotation (`Float` is any float)."""
+    if isinstance(annotation, ast.Subscript) and (_annotation_name(annotation.value) or "").split(
+            ".")[-1] == "Optional":
+        annotation = annotation.slice
+    elif isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) and (
+            is_none(annotation.right)):
+        annotation = annotation.left
+    if not (isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple)):
+        return None
+    return _JAXTYPING_DTYPES.get((_annotation_name(annotation.value) or "").split(".")[-1])
 
 
 def _annotated_bool(annotation: ast.expr | None) -> bool:
