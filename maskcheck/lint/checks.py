@@ -1443,7 +1443,8 @@ class Linter:
         if not keys:
             return
         call = self._spread_kwargs(call)  # `layer(x, **layer_kwargs)` of a dict literal
-        forwards = self._forwarded_kwargs_name(call)
+        # (a function without a key has no calls recorded: what it forwards stays unknown)
+        forwards = self._forwarded_kwargs_name(call) if self.scope.key is not None else None
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
             kw.arg is None and not (isinstance(kw.value, ast.Name) and kw.value.id == forwards)
             for kw in call.keywords)
@@ -1467,7 +1468,7 @@ class Linter:
         """The name of this function's own `**kwargs` when the call hands it on untouched
         (`self.attn(x, **kwargs)`)."""
         node = self.scope.node
-        if self.scope.kind != "function" or self.scope.key is None or not isinstance(
+        if self.scope.kind != "function" or not isinstance(
                 node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.args.kwarg is None:
             return None
         kwargs = node.args.kwarg.arg
@@ -4351,13 +4352,8 @@ class Linter:
         does with a parameter this call leaves to the keywords it forwards, this function's
         callers do by that keyword (HF decoder layers handing `attention_mask` on)."""
         node = self.scope.node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
-                node.args.kwarg is None) or self.scope.kind != "function":
-            return
-        kwargs = node.args.kwarg.arg
-        if kwargs in self.scope.assigned or kwargs in self.scope.mutated or not any(
-                kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == kwargs
-                for kw in call.keywords):
+        if self._forwarded_kwargs_name(call) is None or not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return
         named = {kw.arg for kw in call.keywords if kw.arg is not None}
         own = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
