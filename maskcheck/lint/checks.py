@@ -40,6 +40,7 @@ from maskcheck.lint.values import (
     dotted,
     dtype_of,
     inline_parts,
+    is_eq_zero,
     is_finfo_min,
     is_masking_value,
     is_module_call,
@@ -489,22 +490,6 @@ def _convention_base(node: ast.AST) -> ast.AST:
 
 def _is_key_padding_name(name: str) -> bool:
     return name == "key_padding_mask" or name.endswith("_key_padding_mask")
-
-
-def _is_eq_zero(node: ast.AST, name: str) -> bool:
-    """`name == 0` (either order), or `name.eq(0)`: the test that picks the untouched zeros."""
-    if isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
-            not node.keywords):
-        base = receiver(node)
-        return isinstance(base, ast.Name) and base.id == name and is_zero(node.args[0])
-    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
-        return False
-    if not isinstance(node.ops[0], ast.Eq):
-        return False
-    left, right = node.left, node.comparators[0]
-    return (isinstance(left, ast.Name) and left.id == name and is_zero(right)) or (
-        isinstance(right, ast.Name) and right.id == name and is_zero(left)
-    )
 
 
 def _short(node: ast.AST) -> str:
@@ -3848,7 +3833,7 @@ class Linter:
     def _check_zero_fill(
         self, name: str, test: ast.AST | None, value: ast.AST | None, node: ast.AST
     ) -> bool:
-        if test is None or value is None or not _is_eq_zero(test, name):
+        if test is None or value is None or not is_eq_zero(test, name):
             return False
         if not (self._zero_masks_of(name).get(name) and is_masking_value(value, self.lookup)):
             return False
@@ -5591,12 +5576,7 @@ _JAXTYPING_DTYPES = {
 def _jaxtyping_dtype(annotation: ast.expr | None) -> str | None:
     """The dtype a jaxtyping annotation names (`Int32[Tensor, "n"]`, `Bool[torch.Tensor, ...]`),
     also inside Optional or `... | None`; None for any other annotation (`Float` is any float)."""
-    if isinstance(annotation, ast.Subscript) and (_annotation_name(annotation.value) or "").split(
-            ".")[-1] == "Optional":
-        annotation = annotation.slice
-    elif isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) and (
-            is_none(annotation.right)):
-        annotation = annotation.left
+    annotation = _unwrap_optional(annotation)
     if not (isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple)):
         return None
     return _JAXTYPING_DTYPES.get((_annotation_name(annotation.value) or "").split(".")[-1])
@@ -5604,13 +5584,18 @@ def _jaxtyping_dtype(annotation: ast.expr | None) -> str | None:
 
 def _annotated_bool(annotation: ast.expr | None) -> bool:
     """Annotated `torch.BoolTensor` (AllenNLP's masks), or Optional of it / `... | None`."""
+    return _annotation_name(_unwrap_optional(annotation)) in {"BoolTensor", "torch.BoolTensor"}
+
+
+def _unwrap_optional(annotation: ast.expr | None) -> ast.expr | None:
+    """`X` of `Optional[X]` or `X | None`; any other annotation as it is."""
     if isinstance(annotation, ast.Subscript) and (_annotation_name(annotation.value) or "").split(
             ".")[-1] == "Optional":
-        annotation = annotation.slice
-    elif isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) and (
+        return annotation.slice
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) and (
             is_none(annotation.right)):
-        annotation = annotation.left
-    return _annotation_name(annotation) in {"BoolTensor", "torch.BoolTensor"}
+        return annotation.left
+    return annotation
 
 
 _INPLACE = frozenset({"fill_", "zero_", "masked_fill_", "copy_", "clamp_"})

@@ -441,6 +441,22 @@ def is_zero(node: ast.AST) -> bool:
     return number(node) == 0
 
 
+def is_eq_zero(node: ast.AST, name: str) -> bool:
+    """`name == 0` (either order), or `name.eq(0)`: the test that picks the untouched zeros."""
+    if isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
+            not node.keywords):
+        base = receiver(node)
+        return isinstance(base, ast.Name) and base.id == name and is_zero(node.args[0])
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return False
+    if not isinstance(node.ops[0], ast.Eq):
+        return False
+    left, right = node.left, node.comparators[0]
+    return (isinstance(left, ast.Name) and left.id == name and is_zero(right)) or (
+        isinstance(right, ast.Name) and right.id == name and is_zero(left)
+    )
+
+
 def call_name(call: ast.Call, lookup: Lookup | None = None) -> str | None:
     """The called function's last name, through aliases (`sdpa` -> scaled_dot_product_attention)."""
     func = call.func
@@ -866,16 +882,7 @@ def _extends_hf_mask(node: ast.Subscript) -> bool:
 
 def _untouched_hf_zero_test(node: ast.AST, lookup: Lookup) -> bool:
     """`attention_mask == 0` (or `.eq(0)`) on a parameter whose value is not known here."""
-    tested: ast.expr | None
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
-        tested, zero = node.left, node.comparators[0]
-    elif isinstance(node, ast.Call) and call_name(node) == "eq" and len(node.args) == 1 and (
-            not node.keywords):
-        tested, zero = receiver(node), node.args[0]
-    else:
-        return False
-    return isinstance(tested, ast.Name) and tested.id == "attention_mask" and is_zero(zero) and (
-        lookup(tested.id) in PARAMETER_VALUES)
+    return is_eq_zero(node, "attention_mask") and lookup("attention_mask") in PARAMETER_VALUES
 
 
 def _extension_key(key: ast.expr) -> bool:
