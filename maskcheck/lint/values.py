@@ -665,6 +665,8 @@ def _either(node: ast.IfExp, lookup: Lookup) -> Value:
     is not None else None`)."""
     branches = [b for b in (node.body, node.orelse) if not is_none(b)]
     values = [describe(b, lookup) for b in branches]
+    if not values:
+        return UNKNOWN  # `None if test else None`
     if len(values) == 1 or values[0] == values[1]:
         return values[0]
     a, b = values

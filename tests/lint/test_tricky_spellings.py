@@ -61,3 +61,4 @@ CODES = frozenset(r.code for r in all_rules() if r.kind == "source")
 ])
 def test_tricky_spellings_are_found(snippet: str) -> None:
     assert find_hits(snippet, CODES), "the snippet should fire some rule"
+
