@@ -19,7 +19,7 @@ class ScaleDotProductAttention(nn.Module):
     def forward(self, q, k, v, mask=None):
         score = q @ k.transpose(2, 3) / math.sqrt(k.size(-1))
         if mask is not None:
-            score = score.masked_fill(mask == 0, torch.finfo(score.dtype).min)  # also: MC514
+            score = score.masked_fill(mask == 0, torch.finfo(score.dtype).min)
         return torch.softmax(score, dim=-1) @ v
 
 
