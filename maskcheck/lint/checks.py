@@ -62,6 +62,7 @@ from maskcheck.lint.values import (
     replace,
     root_name,
     self_attr,
+    site,
     token_ids_name,
 )
 from maskcheck.lint.walk import FIELDS as WALK_FIELDS
@@ -760,7 +761,7 @@ class Linter:
         # and the value it left.
         self._branch_marks: dict[int, list[str]] = {}
         self._branch_values: dict[tuple[int, str], Value] = {}
-        self._joins: dict[int, dict[str, ast.Assign]] = {}
+        self._joins: dict[int, dict[str, ast.Assign | ast.AnnAssign]] = {}
         # dtype guards (see `_enter_if`): the If -> the guarded name and its value before.
         self._narrowed: dict[int, tuple[str, bool, Value | None]] = {}
         # `if x is not None:` over a name in `_Scope.maybe_none`: the If -> x's value before.
@@ -804,6 +805,8 @@ class Linter:
         self._rebinds: dict[str, frozenset[str]] = {}
         # Branches that end in return/raise/...: the values saved before them (see `_enter_if`).
         self._snapshots: dict[tuple[int, str], tuple[dict[str, Value], dict[str, _Product]]] = {}
+        # The values the names an if/else joins held before the `if` (see `_enter_if`).
+        self._before_if: dict[int, dict[str, Value | None]] = {}
         # MC501 on a function's own parameter: kept only if a call in this file may pass a
         # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
         # parameters asked about -> the dtypes the calls pass.
@@ -1260,6 +1263,14 @@ class Linter:
             stack.append((_Exit("set", node), None))
         elif guard is None:
             _push_statements(stack, node.orelse, node)
+            both = [name for name in joined if _assigns_name(node.orelse, name)]
+            if both:
+                # A name both branches bind: the else branch runs from its value before the
+                # `if`, not from the body's (`if mask is None: mask = <additive> elif mask.ndim
+                # == 2: mask = mask[:, None, None, :].to(dtype)` lifts the caller's mask). A
+                # name only the body binds keeps the body's value, as before.
+                self._before_if[id(node)] = {name: self.scope.values.get(name) for name in both}
+                stack.append((_Exit("rewind", node), None))
             _push_statements(stack, node.body, node)
         else:
             name, in_body = guard
@@ -1427,7 +1438,8 @@ class Linter:
         keys = self._callee_keys(call)
         if not keys:
             return
-        call = self._spread_kwargs(call)  # `layer(x, **layer_kwargs)` of a dict literal
+        # `layer(x, **layer_kwargs)` of a dict literal, `model(**batch)` of a collate's dict
+        call = self._spread_kwargs(call, returned=True)
         # (a function without a key has no calls recorded: what it forwards stays unknown)
         forwards = self._forwarded_kwargs_name(call) if self.scope.key is not None else None
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
@@ -1500,11 +1512,19 @@ class Linter:
 
     def _passed_parameter(self, node: ast.AST) -> tuple[str, str, str, str] | None:
         """(caller key, name, "") when `node` is the calling function's own parameter,
-        untouched; (caller key, name, attribute) for an attribute of it (`args.mask_value`)."""
+        untouched; (caller key, name, attribute) for an attribute of it (`args.mask_value`);
+        (caller key, name, `_SLICED`) for a range of it (`attention_mask[:, start:end]`, a
+        segment of the caller's mask: the same values)."""
         scope = self.scope
         attr = ""
+        if isinstance(node, ast.Name) and node.id in scope.assigned and isinstance(
+                bound := scope.derived.get(node.id), ast.Subscript):
+            node = bound  # `seg_mask = attention_mask[:, start:end]`, then `f(seg_mask)`
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             attr, node = node.attr, node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
+                _ranges_only(node.slice)):
+            attr, node = _SLICED, node.value
         if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.key
                 and node.id not in scope.assigned):
             return None
@@ -1595,7 +1615,10 @@ class Linter:
                     continue
                 if origin is not None:
                     inherited = seed((origin[0], origin[1]), origin[2])
-                    if origin[3]:  # an attribute of the caller's parameter
+                    if origin[3] == _SLICED:  # a range of the caller's parameter
+                        inherited = replace(inherited, tri=None, tri_at=None) if (
+                            inherited) else inherited
+                    elif origin[3]:  # an attribute of the caller's parameter
                         inherited = (self.option_defaults.get(origin[3]) or UNKNOWN) if (
                             inherited.namespace) else UNKNOWN
                     facts = inherited or facts
@@ -1617,7 +1640,7 @@ class Linter:
             with_roles = self.role_params.get(key, set())
             for param in (*signature[0].positional, *signature[0].keyword_only):
                 kinds = self.role_kinds.get((key, param), {""})
-                bool_only = False
+                bool_only = pair_only = False
                 if "add" in kinds and _names_additive(param) and any(
                         "mask" in other.lower() for other in (
                             *signature[0].positional, *signature[0].keyword_only)):
@@ -1629,17 +1652,26 @@ class Linter:
                 # they read `masks[1]`, the tuple's element, as a mask of the parameter's)
                 if param in with_roles and not kinds <= _USE_SITE_ROLES and not seed(
                         key, param).held_parts:
-                    if not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
+                    if kinds <= {"drop-fill", "keep-fill"}:
+                        # a fill condition only: its direction is checked at the calls; that
+                        # every call gives a pair mask is read at the fill (MC507: the rows of
+                        # the padded queries are empty), where the fix goes
+                        pair_only = True
+                    elif not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
                         continue
-                    # also a fill condition (MIST's `new_attn_mask.masked_fill_(attn_mask, ...)`
-                    # next to `attn += attn_mask`), or SDPA's mask on its fused path (timm's
-                    # Attention, `attn + attn_mask` on the eager one): only a bool dtype is
-                    # given, which the fill and SDPA read as they should and the addition does not
-                    bool_only = True
+                    else:
+                        # also a fill condition (MIST's `new_attn_mask.masked_fill_(attn_mask,
+                        # ...)` next to `attn += attn_mask`), or SDPA's mask on its fused path
+                        # (timm's Attention, `attn + attn_mask` on the eager one): only a bool
+                        # dtype is given, which the fill and SDPA read as they should and the
+                        # addition does not
+                        bool_only = True
                 facts = seed(key, param)
                 if bool_only:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
+                elif pair_only:
+                    facts = Value(pair_keep=True) if facts.pair_keep else UNKNOWN
                 if facts.flag is not None and (key[1] != "__init__" or not causal_read) and (
                         (key, param) not in self.offset_flags):
                     # a flag is read through `self.causal = causal`; a function's own flag that
@@ -1670,6 +1702,13 @@ class Linter:
             return
         if marker.what == "join":
             self._join_branches(marker.node)
+            return
+        if marker.what == "rewind":
+            for name, before in self._before_if.pop(id(marker.node)).items():
+                if before is None:
+                    self.scope.values.pop(name, None)
+                else:
+                    self.scope.values[name] = before
             return
         if marker.what == "narrow":
             self._narrow(marker.node)
@@ -1893,7 +1932,21 @@ class Linter:
         for name, stmt in self._joins.pop(id(node)).items():
             self._branch_marks.pop(id(stmt), None)
             body = self._branch_values.pop((id(stmt), name), UNKNOWN)
-            self.bind(name, _join(body, self.scope.values.get(name, UNKNOWN)))
+            if isinstance(node.orelse[-1], _FLOW_ENDS):
+                # `else: raise ...`: only the body's value goes on past the `if`
+                self.bind(name, body)
+                continue
+            other = self.scope.values.get(name, UNKNOWN)
+            joined = _join(body, other)
+            if not joined.float01 and joined.float01_at is None:
+                made: ast.AST | None = None
+                if _padding_float01(body) and not _padding_float01(other):
+                    made = stmt
+                elif _padding_float01(other) and not _padding_float01(body):
+                    made = _last_binding(node.orelse, name)
+                if made is not None:
+                    joined = replace(joined, float01_at=site(made))
+            self.bind(name, joined)
 
     def _bind_statement(self, node: ast.AST | None) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and id(node) in self._neutral_defaults:
@@ -1915,6 +1968,8 @@ class Linter:
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)  # `CONFIG: Config = {"mask_value": -1e9}`
             self._assign_target(node.target, node.value, self._bound_facts(node.value))
+            for marked in self._branch_marks.get(id(node), ()):
+                self._branch_values[(id(node), marked)] = self.scope.values.get(marked, UNKNOWN)
         elif isinstance(node, ast.NamedExpr):  # `(a := a * keep)` binds like `a = a * keep`
             self._assign_name(node.target.id, node.value, self.value(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
@@ -2285,7 +2340,8 @@ class Linter:
             if isinstance(target, ast.Tuple) and not returned:
                 returned = facts.held_parts  # `chunk_blocked, valid = masks`
             self._forget_targets(target)
-            if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(value)):
+            if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(
+                    value) or (isinstance(value, ast.Call) and facts.cached)):
                 # `k, v = cache.update(k, v)`: keys hold the cache; `ck, cv = cache`: the cache
                 for element in target.elts:
                     if isinstance(element, ast.Name):
@@ -2894,6 +2950,9 @@ class Linter:
                             "0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) or use "
                             "masked_fill")
                 return
+            if self._is_scores(other) and self._branch_float01(mask_node, "it is added to "
+                                                                   "the scores"):
+                return
 
     def _invert(self, node: ast.UnaryOp, call: ast.Call | None = None) -> None:
         """`~m` (or `torch.bitwise_not(m)`, `m.bitwise_not()`: `call`) on an integer 0/1 mask."""
@@ -3011,6 +3070,20 @@ class Linter:
             self.report("MC508", mask, f"{self._text(mask)} is a float 0/1 mask, but {api} adds a "
                         "float attn_mask to the scores: it adds 1 to the kept positions and "
                         "masks nothing; pass it as bool (`.bool()`) or as 0/-inf")
+        else:
+            self._branch_float01(mask, f"{api}() adds it")
+
+    def _branch_float01(self, mask: ast.AST, use: str) -> bool:
+        """MC508 for a mask that one branch of an `if` made a float 0/1 padding mask
+        (`Value.float01_at`), reported at that branch's assignment, naming the use."""
+        made = self.value(mask).float01_at
+        if made is None or self._is_mutated(mask):
+            return False
+        self.report("MC508", _placed(made), f"this branch makes {self._text(mask)} a float 0/1 "
+                    f"mask, and {use} (line {getattr(mask, 'lineno', made[0])}) as an additive "
+                    "mask: it adds 1 where it is 1 and masks nothing; turn it into 0/-inf here "
+                    "(`(1.0 - m) * torch.finfo(dtype).min`) or pass it as bool")
+        return True
 
     def _added_zero_one(self, node: ast.AST) -> bool:
         """A 0/1 mask that `scores + m` would add: from a tokenizer's mask or a pad-id test,
@@ -3381,9 +3454,12 @@ class Linter:
             # A test that reached this fill in float16 would fail on its first run: what is
             # left in tests is a float32 reference's sentinel (vllm's kernel tests).
             return
-        target_dtype = None if target is None else self.value(target).dtype
-        if target_dtype == "fp32":
-            return  # provably float32 (`.float()`, dtype=torch.float32): -1e9 fits
+        target_facts = UNKNOWN if target is None else self.value(target)
+        target_dtype = target_facts.dtype
+        if target_dtype == "fp32" or target_facts.never_half:
+            # provably float32 (`.float()`, dtype=torch.float32), or int64 or float32 on every
+            # path (a top-k sentinel on `arange` or `rand` values): -1e9 fits
+            return
         if where in _NON_RAISING and target_dtype not in HALF_DTYPES and not self._speaks_float16():
             # In float16 these give -inf without raising (torch 2.13), which hurts only a row
             # that loses every key: reported where the file itself handles float16, not on a
@@ -4052,10 +4128,12 @@ class Linter:
 
     # --- MC506 / MC510 / MC511 / MC521 ---
 
-    def _spread_kwargs(self, call: ast.Call) -> ast.Call:
+    def _spread_kwargs(self, call: ast.Call, *, returned: bool = False) -> ast.Call:
         """The call with each `**name` whose name this function bound to a dict of constant
         keys (`kw = dict(attn_mask=m, is_causal=True)`, `{"is_causal": True}`) read as the
-        keywords it spreads; other `**` stay as they are."""
+        keywords it spreads; other `**` stay as they are. With `returned` (the facts a call
+        passes, for seeding its callee), also a name bound to a call of a function of this file
+        that returns such a dict: the callee's own reading reports what it does with them."""
         keywords: list[ast.keyword] = []
         spread = False
         for kw in call.keywords:
@@ -4070,6 +4148,16 @@ class Linter:
                     isinstance(k, ast.Constant) and isinstance(k.value, str) for k in bound.keys):
                 keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
                                 for k, v in zip(bound.keys, bound.values, strict=True))
+                spread = True
+            elif returned and isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
+                    bound.func.id in self._local_defs) and (
+                    keys := _returned_dict_keys(self._tree, bound.func.id)):
+                # `batch = collate(docs)` of a function of this file returning a dict literal,
+                # then `model(**batch)`: each key is `batch["key"]` (read as the dict returned)
+                assert isinstance(kw.value, ast.Name)
+                keywords.extend(ast.keyword(arg=key, value=ast.copy_location(ast.Subscript(
+                    ast.Name(kw.value.id, ast.Load()), ast.Constant(key), ast.Load()), kw.value))
+                    for key in keys)
                 spread = True
             else:
                 keywords.append(kw)
@@ -4415,7 +4503,7 @@ class Linter:
             elif passed is not None and entry.role in {"float-sdpa", "float-mha", "tri-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role in _LAYOUT_ROLES:
-                self._note_layout_role(passed, entry.role)
+                self._note_layout_role(passed, entry.role, direct=False)
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
                 self._note_role(passed, "rsub", follow=False, use=entry.use)
         if self._float_mask_passed(call, name, roles):
@@ -4481,6 +4569,8 @@ class Linter:
                             "it to its scores: it adds 1 where it is 1 and masks nothing; turn "
                             "it into 0/-inf first")
                 return True
+            if self._branch_float01(mask, f"{name}() adds it to its scores"):
+                return True
         for mask in by_role.get("addmin", []):
             if self.value(mask).finfo_min:
                 self.report("MC513", mask, f"{self._text(mask)} is filled with finfo.min and "
@@ -4504,12 +4594,15 @@ class Linter:
         the argument (the caller passes the wrong kind of mask)."""
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role in {"float-sdpa", "float-mha"} else None
+            api = ("scaled_dot_product_attention" if entry.role == "float-sdpa"
+                   else "an attention module")
             if arg is not None and self._float_mask_of_attention(arg):
-                api = ("scaled_dot_product_attention" if entry.role == "float-sdpa"
-                       else "an attention module")
                 self.report("MC508", arg, f"{self._text(arg)} is a float 0/1 mask, and {name}() "
                             f"hands it as {entry.param} to {api}, which adds a float mask to the "
                             "scores: it adds 1 and masks nothing; pass it as bool or as 0/-inf")
+                return True
+            if arg is not None and self._branch_float01(
+                    arg, f"{name}() hands it as {entry.param} to {api}, which adds it"):
                 return True
         return False
 
@@ -4557,7 +4650,7 @@ class Linter:
                         "batch == queries, and then hides sequence i's padding from query i of "
                         "every sequence; pass it as key_padding_mask")
 
-    def _note_layout_role(self, mask: ast.AST, role: str) -> None:
+    def _note_layout_role(self, mask: ast.AST, role: str, *, direct: bool = True) -> None:
         """A parameter this function hands to SDPA's or MHA's attn_mask with its axes as the
         caller passed them (through casts and inversions, not through indexing or reshapes):
         a caller's (batch, seq) padding mask arrives there as (queries, keys)."""
@@ -4578,7 +4671,7 @@ class Linter:
         position = scope.params.index(node.id) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role),
-                                         _Role(position, role, mask, node.id))
+                                         _Role(position, role, mask, node.id, direct))
 
     def _padding_as_attn_mask_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (batch, seq) padding mask passed for a parameter that the function hands, axes
@@ -4587,8 +4680,15 @@ class Linter:
             arg = _role_argument(call, entry) if entry.role in _LAYOUT_ROLES else None
             if arg is not None and self.value(arg).layout == "BS":
                 name = self._callee_text(call)
-                self._padding_as_attn_mask(arg, entry.role, f" and {name}() hands it on as "
-                                           f"attn_mask ({entry.param})")
+                if not entry.direct:
+                    # the function hands its parameter to another one's attn_mask: reported at
+                    # that hand-over, where a padding mask becomes an attn_mask
+                    self._padding_as_attn_mask(entry.use, entry.role, f" (line {call.lineno} "
+                                               f"passes {self._text(arg)} to {name}()) handed "
+                                               "on as attn_mask here")
+                else:
+                    self._padding_as_attn_mask(arg, entry.role, f" and {name}() hands it on "
+                                               f"as attn_mask ({entry.param})")
                 return
 
     def _query_axis_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
@@ -5200,6 +5300,8 @@ _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
     "wide_finfo", "dtype", "namespace", "tri_at",
+    # a pair mask (query axis AND key axis): a padded query's row is empty (MC507)
+    "pair_keep",
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
     "module", "mha", "member",
@@ -5800,14 +5902,17 @@ def _assigns_name(body: list[ast.stmt], name: str) -> bool:
                for stmt in body for n in subnodes(stmt))
 
 
-def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
+def _body_assignments(node: ast.If) -> dict[str, ast.Assign | ast.AnnAssign]:
     """Names an if/else body binds last with a plain assignment -> that statement (the value
     the body leaves); joined with the value after the else branch."""
     if not node.orelse:
         return {}
-    last: dict[str, ast.Assign] = {}  # cheap first: top-level `name = ...` in the body
+    last: dict[str, ast.Assign | ast.AnnAssign] = {}  # cheap first: top-level `name = ...`
     for stmt in node.body:
-        if isinstance(stmt, ast.Assign):
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(
+                stmt.target, ast.Name):
+            last[stmt.target.id] = stmt  # `mask: Tensor = ...`
+        elif isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
                     last[target.id] = stmt
@@ -5826,6 +5931,68 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign]:
     return last
 
 
+def _returned_dict_keys(tree: ast.AST | None, name: str) -> tuple[str, ...]:
+    """The keys of the dict literal that the function `name` of the file (its only definition
+    of that name, at any depth) returns, when each of its returns is such a dict with the same
+    string keys (a collate function); () otherwise."""
+    defs = [n for n in subnodes(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name == name] if tree is not None else []
+    if len(defs) != 1:
+        return ()
+    keys: tuple[str, ...] | None = None
+    pending: list[ast.AST] = list(defs[0].body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return):
+            value = node.value
+            if not isinstance(value, ast.Dict) or not all(
+                    isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+                return ()
+            returned = tuple(k.value for k in value.keys)  # type: ignore[union-attr]
+            if keys is not None and returned != keys:
+                return ()
+            keys = returned
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return keys or ()
+
+
+# The `_Passed` origin of a range of the caller's parameter (see `_passed_parameter`); no
+# attribute is spelled so.
+_SLICED = "[:]"
+
+
+def _ranges_only(key: ast.expr) -> bool:
+    """`[:, start:end]`, `[a:b]`: a key of plain ranges (no new axis, no integer index), which
+    keeps the values, the dtype and the axes of what it slices."""
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    return all(isinstance(p, ast.Slice) and p.step is None for p in parts)
+
+
+def _padding_float01(value: Value) -> bool:
+    """A float 0/1 mask from a proven padding mask (a tokenizer's, a pad-id test): what one
+    branch of an `if` may leave where another leaves an additive mask (`Value.float01_at`)."""
+    return value.float01 and value.padding01 and not value.all_ones and (
+        value.dtype not in {"bool", "int"})
+
+
+def _last_binding(body: list[ast.stmt], name: str) -> ast.stmt | None:
+    """The last plain assignment of `name` in a branch, looking into its nested ifs (an `elif`):
+    where that branch's value was made."""
+    found: ast.stmt | None = None
+    for stmt in body:
+        if (isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in stmt.targets)) or (
+                isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and stmt.target.id == name and stmt.value is not None):
+            found = stmt
+        elif isinstance(stmt, ast.If):
+            found = _last_binding(stmt.orelse, name) or _last_binding(stmt.body, name) or found
+    return found
+
+
 def _join(a: Value, b: Value) -> Value:
     """The facts two values share (what is known after either branch ran), and `maybe_half`
     when either has it (a dtype that is float16/bfloat16 on some path)."""
@@ -5833,6 +6000,11 @@ def _join(a: Value, b: Value) -> Value:
         return a
     shared = Value(**{f.name: getattr(a, f.name) for f in fields(Value)
                       if getattr(a, f.name) == getattr(b, f.name)})
+    if shared.dtype is None and all(
+            v.never_half or v.dtype in {"int", "fp32"} for v in (a, b)):
+        shared = replace(shared, never_half=True)
+    if not shared.float01 and (a.float01_at or b.float01_at):
+        shared = replace(shared, float01_at=a.float01_at or b.float01_at)
     if a.cached or b.cached:
         # keys that hold the cache on one path (`if use_cache: keys = torch.cat([self.cache_k,
         # k])`): a literal is_causal=True after the join is wrong on that path (MC510)

@@ -142,7 +142,8 @@ def _project_mentions_float16(root: str) -> bool:
                     data = f.read(MAX_BYTES_PER_FILE)
                 # A .py file's comments and docstrings are prose about its own code, often
                 # about another dtype ("fp32 to fp16 under AMP" in a bfloat16-only model).
-                if mentions_float16(data, prose=not entry.name.endswith((".py", ".pyi"))):
+                source = entry.name.endswith((".py", ".pyi"))
+                if mentions_float16(data, prose=not source, python=source):
                     return True
                 read += len(data)
                 if read > MAX_BYTES:
@@ -152,14 +153,15 @@ def _project_mentions_float16(root: str) -> bool:
     return False
 
 
-def mentions_float16(data: bytes, *, prose: bool = True, pattern: re.Pattern[bytes]
-                     = FLOAT16_EVIDENCE) -> bool:
+def mentions_float16(data: bytes, *, prose: bool = True, python: bool = True,
+                     pattern: re.Pattern[bytes] = FLOAT16_EVIDENCE) -> bool:
     """Whether `data` says float16 runs: a `pattern` match that is not about bfloat16, not a
-    disabled autocast, not one dtype in a list of them, and (without `prose`, for Python
-    source) not in a comment or docstring."""
+    disabled autocast, not one dtype in a list of them, (in `python` source) not the dtype's
+    name in quotes, and (without `prose`, for Python source read as a project's) not in a
+    comment or docstring."""
     prose_spans: list[tuple[int, int]] | None = None
     for match in pattern.finditer(data):
-        if not _says_float16(data, match):
+        if not _says_float16(data, match) or (python and _quoted_dtype_name(data, match)):
             continue
         if prose:
             return True
@@ -184,6 +186,13 @@ def _says_float16(data: bytes, match: re.Match[bytes]) -> bool:
     if _NOT_FLOAT16.search(context) or _IMPORT.match(context):
         return False
     return not (match.group() == b"torch.float16" and _OTHER_DTYPE.search(context))
+
+
+def _quoted_dtype_name(data: bytes, match: re.Match[bytes]) -> bool:
+    """`"torch.float16"` in Python source: a dtype's name as a string (a key of a dtype-size
+    table, `str(t.dtype) == "torch.float16"`), which names the dtype without choosing it."""
+    return match.group() == b"torch.float16" and data[match.start() - 1:match.start()] in {
+        b'"', b"'"} and data[match.end():match.end() + 1] in {b'"', b"'"}
 
 
 def _call_arguments(data: bytes, start: int) -> bytes:

@@ -179,6 +179,17 @@ class Value:
     # A torch dtype object itself (`torch.float32` held in a name or a config field,
     # `compute_dtype: torch.dtype = torch.float32`): what `.to(that)` casts to.
     names_dtype: str | None = None
+    # The dtype of a float tensor held in a name (`dtype = q.dtype`, `dtype =
+    # self.proj.weight.dtype`): `.to(dtype)` of a 0/1 mask is a float 0/1 mask, as `.to(q.dtype)`.
+    float_dtype: bool = False
+    # Integer on some paths and float32 on the others (`values = torch.arange(t)` in one branch,
+    # `torch.rand(b, t)` in another): no float16 on any path, whatever the joined dtype.
+    never_half: bool = False
+    # Where one branch of an `if` made this name a float 0/1 padding mask and another branch
+    # made something else (`if mask is None: <additive> elif mask.ndim == 2: mask =
+    # mask[:, None, None, :].to(dtype)`): an addition of the joined value adds 1 on that path
+    # (MC508, reported at the branch, where the fix goes). Kept through further joins.
+    float01_at: tuple[int, int, int] | None = None
     # A parameter annotated `torch.BoolTensor` (AllenNLP's masks): 0/1, but not surely bool
     # (protenix annotates so an int indicator, `1 - is_ligand`): a float cast of it is a float
     # 0/1 mask (MC520), while `1 - it` is no proof of a bool subtraction.
@@ -744,6 +755,8 @@ def _describe_attribute(node: ast.Attribute, lookup: Lookup) -> Value:
         return _turned(base, _TRANSPOSED.get(base.tri or ""), node) if base.tri else base
     if node.attr == "attention_mask" and describe(node.value, lookup).tokens:
         return Value(dtype="int", hf_keep=True)
+    if node.attr == "dtype" and _float_target(node, lookup):
+        return Value(float_dtype=True)
     if is_finfo_min(node, lookup):
         return Value(finfo_min=True, wide_finfo=is_wide_finfo_min(node))
     v = number(node, lookup)
@@ -1198,9 +1211,27 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
 
 def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
     facts = _binop_facts(node, lookup)
-    if isinstance(node.op, (ast.BitAnd, ast.Mult)) and _outer_product(node.left, node.right):
-        return replace(facts, pair_keep=True)  # what the product is, and a pair mask (MC507)
+    if isinstance(node.op, (ast.BitAnd, ast.Mult)) and not facts.pair_keep and (
+            _outer_product(node.left, node.right) or _holds_outer_product(node)):
+        # what the product is, and a pair mask (MC507); more factors AND-ed in (`same &
+        # real[:, :, None] & real[:, None, :]`) only empty more
+        return replace(facts, pair_keep=True)
     return facts
+
+
+def _holds_outer_product(node: ast.BinOp) -> bool:
+    """A chain `a & b & c` (or of `*`) of three or more factors, two of which make an outer
+    product (see `_outer_product`)."""
+    factors: list[ast.AST] = []
+    pending: list[ast.AST] = [node]
+    while pending:
+        part = pending.pop()
+        if isinstance(part, ast.BinOp) and type(part.op) is type(node.op):
+            pending.extend((part.right, part.left))
+        else:
+            factors.append(part)
+    return len(factors) > 2 and any(_outer_product(a, b) for i, a in enumerate(factors)
+                                    for b in factors[i + 1:])
 
 
 def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
@@ -1441,6 +1472,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             return read
         if isinstance(method.result, Value):
             return method.result  # `self.get_alibi_mask(h, n)`: a method of the class above
+        if not by_super and _projects_cache(call, lookup):
+            return Value(cached=True)
     if isinstance(base_node, ast.Name):
         helper = lookup(f"{base_node.id}.{name}")  # a static helper of a class of this file
         if helper.inline is not None and (read := _inlined(helper, call, lookup)):
@@ -1531,9 +1564,10 @@ def _describe_factory(
     if name in _ONES_FUNCS:
         return Value(dtype=dtype_kw or default, all_ones=True)
     if name in {"zeros", "zeros_like", "new_zeros", "empty", "randn", "rand", "arange"}:
+        # (`torch.arange` with no dtype is int64, or float32 for a float bound: never half)
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES,
                      positions=name == "arange", maybe_half=dtype_kw is None and _dtype_named(
-                         kwarg(call, "dtype")))
+                         kwarg(call, "dtype")), never_half=name == "arange" and no_dtype)
     if name == "tensor" and call.args and _int_literal(call.args[0]):
         return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
     if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
@@ -1568,8 +1602,8 @@ def _describe_factory(
         return _triangle(call, name, describe(matrix, lookup))
     if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
         parts = call.args[0].elts
-        if len(parts) >= 2 and any(_names_a_cache(p) or describe(p, lookup).cached
-                                   for p in parts[:-1]):
+        if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or describe(
+                p, lookup).cached for p in parts[:-1]):
             return Value(cached=True)
         # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
         # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries
@@ -1744,6 +1778,27 @@ def _names_a_cache(node: ast.AST) -> bool:
     return any(word in text for word in ("cache", "past", "prev"))
 
 
+# Words of a name that hold a recurrent memory: Transformer-XL's `mems`, memory tokens
+# (`torch.cat([mem, x], dim=1)` before the keys: L != S, as a cache).
+_MEMORY_WORDS = frozenset({"mem", "mems", "memory", "memories"})
+
+
+def _names_memory(node: ast.AST) -> bool:
+    """A recurrent memory by its name (`mem`, `self.mems[i]`, `memory_states`)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    text = (last_name(node) or "").lower()
+    return any(word in _MEMORY_WORDS for word in text.split("_"))
+
+
+def _projects_cache(call: ast.Call, lookup: Lookup) -> bool:
+    """`self.kv(mem)`, `self.k_proj(past_hidden)`: a layer of the module applied to a cache or a
+    memory (by name, or holding one): its keys and values hold those positions too."""
+    first = call.args[0] if call.args else None
+    return first is not None and not isinstance(first, ast.Starred) and (
+        _names_a_cache(first) or _names_memory(first) or describe(first, lookup).cached)
+
+
 def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> Value:
     """`x.float()`, `m.bool()`, `x.masked_fill(...)`, `x.requires_grad_()` ..."""
     if name in _AUTOCAST_LOWERED:
@@ -1794,7 +1849,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
             return replace(base, tokens=False)  # a move, not a cast
         cast = kwarg(call, "dtype") or target
         cast_value = replace(base, dtype=None, tokens=False, zero_one=base.zero_one or base.dtype
-                             == "bool", hf_keep=False, hf_keep_inverted=False)
+                             == "bool", hf_keep=False, hf_keep_inverted=False, never_half=False)
         floated = cast is not None and _float_target(cast, lookup)
         result = _with_float01(cast_value, base, floated)
         if not floated and cast is not None and isinstance(cast, ast.Attribute) and (
@@ -1807,7 +1862,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name == "type_as":
         other = call.args[0] if len(call.args) == 1 else None
         floated = other is not None and _float_tensor(other, lookup)
-        result = _with_float01(replace(base, dtype=None, tokens=False), base, floated)
+        result = _with_float01(replace(base, dtype=None, tokens=False, never_half=False), base,
+                               floated)
         if not floated and other is not None and _data_tensor(other, lookup):
             result = replace(result, cast01=_zero_one_base(base))
         return result
@@ -1893,6 +1949,7 @@ def _is_device(node: ast.AST) -> bool:
 
 
 def _retyped(base: Value, dtype: str) -> Value:
+    base = replace(base, never_half=False) if base.never_half else base
     zero_one = base.zero_one or (base.dtype == "bool" and not base.all_ones)
     if dtype == "bool":
         return replace(base, dtype="bool", zero_one=False, float01=False)
@@ -1944,6 +2001,9 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
     `query`, `scores`, `attn_weights`); never a mask by name (`mask.dtype` may be bool)."""
     if isinstance(node, ast.Name) and node.id == "self":
         return True
+    if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(
+            node.value, (ast.Attribute, ast.Subscript)):
+        return True  # `self.proj.weight`, `self.pooler[0].weight`: a layer's float parameter
     text = (last_name(node) or "").lower()
     if "mask" in text or "bias" in text:
         return False
@@ -1974,5 +2034,7 @@ def _float_target(node: ast.AST, lookup: Lookup) -> bool:
     `scores.dtype`, `self.dtype`, or a float tensor itself (`.to(q)`)."""
     if isinstance(node, ast.Attribute) and node.attr == "dtype":
         return _float_tensor(node.value, lookup)
+    if isinstance(node, ast.Name) and lookup(node.id).float_dtype:
+        return True  # `dtype = q.dtype` earlier
     return isinstance(node, ast.Name) and not _is_device(node) and node.id != "dtype" and (
         _float_tensor(node, lookup))

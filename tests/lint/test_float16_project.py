@@ -71,6 +71,7 @@ def test_silent_in_a_project_that_never_runs_float16(tmp_path: Path, marker: str
     ("train.py", "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n"),
     ("train.py", "trainer = pl.Trainer(precision=16)\n"),
     ("configs/base.yaml", "training:\n  fp16: true\n"),
+    ("configs/run.yaml", 'model:\n  dtype: "torch.float16"\n'),  # a config's dtype, quoted
     ("scripts/run.sh", "python train.py --fp16\n"),
     ("README.md", "Mixed precision training is supported.\n"),
 ])
@@ -98,6 +99,9 @@ def test_reported_once_the_project_mentions_float16(tmp_path: Path,
     # DI-engine, deepchem: a dtype among others is checked, not chosen.
     ("utils.py", "FLOATS = [torch.float32, torch.float64, torch.float16]\n"),
     ("utils.py", "if x.dtype in (torch.float16, torch.bfloat16):\n    pass\n"),
+    # torch-ecg: a dtype-size table keyed by the dtypes' names, over several lines.
+    ("utils.py", 'SIZES = {\n    "torch.float16": 2,\n    "torch.float32": 4,\n}\n'),
+    ("utils.py", "half = str(t.dtype) == 'torch.float16'\n"),
     # A .py file's comments and docstrings talk about other code; tests cast to test.
     ("rotary.py", "# einsum converts fp32 to fp16 under AMP\nx = 1\n"),
     ("store.py", 'def save(x):\n    """Stored as fp16 to save space."""\n    return x\n'),
