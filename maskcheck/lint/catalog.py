@@ -122,7 +122,9 @@ CAUSAL_FLAG_WITH_CACHE = register(RuleInfo(
     "cache plus new keys up to i, but the top-left triangle lets it see only the first i+1 "
     "keys: a single new query sees only key 0. The output is silently wrong in generation. "
     "Keys count as cached when concatenated with a cache, returned by `cache.update(...)`, "
-    "or read from a static cache up to the new tokens (`self.cache_k[:b, : start + n]`).",
+    "read from a static cache up to the new tokens (`self.cache_k[:b, : start + n]`), or "
+    "concatenated after a recurrent memory (Transformer-XL's `mems`, memory tokens: "
+    "`torch.cat([mem_k, k])`, or keys projected from the memory by a layer of the module).",
     "k = torch.cat([past_k, k], dim=2)\n"
     "v = torch.cat([past_v, v], dim=2)\n"
     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
