@@ -1396,6 +1396,10 @@ ATTENTION_CLASSES = frozenset({
     "TransformerEncoder", "TransformerDecoder"})
 
 
+# torch's function forms of `*` and `&` (`torch.mul(a, b)`, `a.logical_and(b)`).
+_MASK_PRODUCTS = frozenset({"mul", "logical_and", "bitwise_and"})
+
+
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     name = call_name(call, lookup)
     base_node = receiver(call)
@@ -1438,6 +1442,12 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if union is not None:
             return union if name == "maximum" else Value(dtype="bool", tri=union.tri,
                                                          tri_at=union.tri_at)
+    if name in _MASK_PRODUCTS and (module or base_node is not None) and not call.keywords:
+        # `torch.mul(q_keep[:, :, None], k_keep[:, None, :])`, `a.logical_and(b)`: the
+        # function form of `*` / `&`, an outer product of a query and a key mask (MC507)
+        operands = call.args if module or base_node is None else [base_node, *call.args]
+        if len(operands) == 2 and _outer_product(operands[0], operands[1]):
+            return Value(pair_keep=True, dtype=None if name == "mul" else "bool")
     if module:
         made = _describe_factory(call, name, dtype_kw, lookup)
         if made is not None:

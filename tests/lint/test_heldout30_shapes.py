@@ -208,3 +208,21 @@ def test_a_chain_of_factors_with_both_axes_is_a_pair_mask(found: Found) -> None:
     assert found(keys_only) == []
     finite = PACKED.replace('float("-inf")', "torch.finfo(scores.dtype).min")
     assert found(finite) == []
+
+
+def test_the_function_forms_of_the_product_make_a_pair_mask(found: Found) -> None:
+    source = """\
+import torch
+
+
+def attend(scores, keep):
+    pair = torch.mul(keep[:, :, None], keep[:, None, :])
+    return scores.masked_fill(pair[:, None] == 0, float("-inf")).softmax(-1)
+"""
+    assert found(source) == [(6, "MC507")]
+    assert found(source.replace("torch.mul(keep[:, :, None], keep[:, None, :])",
+                                "keep[:, :, None].logical_and(keep[:, None, :])")) == [
+        (6, "MC507")]
+    # both factors on the key axis: a key mask, no empty row
+    assert found(source.replace("torch.mul(keep[:, :, None], keep[:, None, :])",
+                                "torch.mul(keep[:, None, :], keep[:, None, :])")) == []
