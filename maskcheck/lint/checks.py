@@ -2863,6 +2863,8 @@ class Linter:
         if isinstance(parent, ast.Call) and call_name(parent) in {"softmax", "log_softmax"} and (
                 parent.args and parent.args[0] is call):
             return True
+        if isinstance(target, ast.Attribute) and target.attr == "data":
+            target = target.value  # `alignment.data.masked_fill_(...)` fills `alignment`
         return isinstance(target, ast.Name) and self._softmax_input(target.id)
 
     def _softmax_input(self, name: str) -> bool:
@@ -3245,6 +3247,15 @@ class Linter:
                         "hardly masks: a masked position weighs as a score of "
                         f"{weak:g} would ({math.exp(weak):.2g} times a score of 0); use "
                         "torch.finfo(scores.dtype).min or float('-inf')")
+        if name == "masked_fill_" and self._in_forward() and target is not None:
+            # whatever the value: a bool buffer filled with False (WeNet's chunk mask limited
+            # to the left chunks) is rewritten as surely as one filled with -inf
+            attr = self._held_attr(_inplace_base(target))
+            cls = self._class_scope()
+            if attr is not None and cls is not None and attr in cls.buffer_attrs:
+                self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
+                            "forward: the stored mask is rewritten on every call; use "
+                            "masked_fill (out of place)")
         if condition is None or value is None or not self._is_fill_value(value):
             return
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
@@ -3275,13 +3286,6 @@ class Linter:
             self.report("MC521", at, f"{shown} is True {where} the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
-        if name == "masked_fill_" and self._in_forward() and target is not None:
-            attr = self._held_attr(_inplace_base(target))
-            cls = self._class_scope()
-            if attr is not None and cls is not None and attr in cls.buffer_attrs:
-                self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
-                            "forward: the stored mask is rewritten on every call; use "
-                            "masked_fill (out of place)")
 
     def _held_attr(self, node: ast.AST) -> str | None:
         """`X` for `self.X`, `self.get_buffer("X")`, or a name this function bound to `self.X`

@@ -1615,6 +1615,9 @@ def _describe_factory(
         if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or describe(
                 p, lookup).cached for p in parts[:-1]):
             return Value(cached=True)
+        kept = _keep_mask_with_ones(parts, lookup, argument(call, 1, "dim"))
+        if kept is not None:
+            return kept
         # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
         # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries
         described = [describe(p, lookup) for p in parts]
@@ -1793,12 +1796,37 @@ def _names_a_cache(node: ast.AST) -> bool:
 _MEMORY_WORDS = frozenset({"mem", "mems", "memory", "memories"})
 
 
-def _names_memory(node: ast.AST) -> bool:
-    """A recurrent memory by its name (`mem`, `self.mems[i]`, `memory_states`)."""
+def _names_memory(node: ast.AST, *, spelled_out: bool = True) -> bool:
+    """A recurrent memory by its name (`mem`, `self.mems[i]`, `memory_states`); without
+    `spelled_out`, only the short forms (`mem`, `mems`): a bare `memory` is also what
+    attention layers call the source of their keys (nn.TransformerDecoder's encoder output,
+    ESPnet's `MultiHeadedAttention(x, memory, mask)` called with `memory=x`)."""
     while isinstance(node, ast.Subscript):
         node = node.value
     text = (last_name(node) or "").lower()
-    return any(word in _MEMORY_WORDS for word in text.split("_"))
+    words = _MEMORY_WORDS if spelled_out else _MEMORY_WORDS - {"memory", "memories"}
+    return any(word in words for word in text.split("_"))
+
+
+def _keep_mask_with_ones(parts: list[ast.expr], lookup: Lookup,
+                         dim: ast.expr | None) -> Value | None:
+    """`torch.cat([mask.new_ones(b, n), attention_mask], dim=1)`: a keep-mask with kept
+    positions (prepended tokens: CLS, memory, registers) joined to it is still a keep-mask of
+    the same dtype, and along the sequence axis of a (batch, seq) one, of that layout; None for
+    any other concatenation."""
+    if len(parts) < 2 or any(isinstance(p, ast.Starred) for p in parts):
+        return None
+    described = [describe(p, lookup) for p in parts]
+    masks = [d for d in described if not d.all_ones]
+    if len(masks) != 1 or len(masks) == len(described):
+        return None
+    (mask,) = masks
+    if not (mask.hf_keep or mask.pad_keep or mask.keep_mask) or mask.hf_keep_inverted:
+        return None
+    along = number(dim, lookup) if dim is not None else None
+    layout = mask.layout if mask.layout == "BS" and along in {1, -1} else None
+    return Value(dtype=mask.dtype, hf_keep=mask.hf_keep, pad_keep=mask.pad_keep,
+                 keep_mask=mask.keep_mask, layout=layout)
 
 
 def _projects_cache(call: ast.Call, lookup: Lookup) -> bool:
@@ -1806,7 +1834,8 @@ def _projects_cache(call: ast.Call, lookup: Lookup) -> bool:
     memory (by name, or holding one): its keys and values hold those positions too."""
     first = call.args[0] if call.args else None
     return first is not None and not isinstance(first, ast.Starred) and (
-        _names_a_cache(first) or _names_memory(first) or describe(first, lookup).cached)
+        _names_a_cache(first) or _names_memory(first, spelled_out=False)
+        or describe(first, lookup).cached)
 
 
 def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> Value:
@@ -1888,6 +1917,12 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         reinterpreted = dtype_of(call.args[0])
         if reinterpreted is not None:
             return Value(dtype=reinterpreted)
+    if name in {"any", "all"} and (call.args or call.keywords) and (
+            base.hf_keep or base.hf_keep_inverted or base.pad_keep or base.keep_mask):
+        # `mask.view(b, -1, stack).any(dim=-1)`: frames pooled into patches, one bool per
+        # patch, still True where the mask's own convention says (kept, or padding)
+        return Value(dtype="bool", hf_keep=base.hf_keep, hf_keep_inverted=base.hf_keep_inverted,
+                     pad_keep=base.pad_keep, keep_mask=base.keep_mask)
     if name in _KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
