@@ -143,7 +143,7 @@ class MultiHeadedAttention(nn.Module):
 
     def forward(self, x, memory, mask, causal=False):
         q = self.linear_q(x)
-        k, v = self.linear_kv(memory).chunk(2, dim=-1)
+        k, v = self.linear_kv(memory).view(*memory.shape[:2], 2, -1).permute(2, 0, 1, 3)
         if causal:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -153,10 +153,11 @@ class MultiHeadedAttention(nn.Module):
 def test_keys_of_a_memory_argument_are_not_a_cache(found: Found) -> None:
     assert found(MEMORY_ARGUMENT) == [(14, "MC506")]
     # Transformer-XL's `mems`: keys and values of the previous segment, prepended
+    kv_line = next(line + "\n" for line in MEMORY_ARGUMENT.splitlines() if "k, v =" in line)
     mems = MEMORY_ARGUMENT.replace(
-        "        k, v = self.linear_kv(memory).chunk(2, dim=-1)\n",
-        "        k, v = self.linear_kv(memory).chunk(2, dim=-1)\n"
-        "        mk, mv = self.linear_kv(mems).view(*mems.shape[:2], 2, -1).permute(2, 0, 1, 3)\n"
+        kv_line,
+        kv_line + "        mk, mv = self.linear_kv(mems).view(*mems.shape[:2], 2, -1)"
+                  ".permute(2, 0, 1, 3)\n"
     ).replace(
         "def forward(self, x, memory, mask, causal=False):",
         "def forward(self, x, memory, mask, mems, causal=False):").replace(
