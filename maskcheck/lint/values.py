@@ -1612,15 +1612,15 @@ def _describe_factory(
         return _triangle(call, name, describe(matrix, lookup))
     if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
         parts = call.args[0].elts
-        if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or describe(
-                p, lookup).cached for p in parts[:-1]):
+        described = [describe(p, lookup) for p in parts]
+        if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or d.cached
+                                   for p, d in zip(parts[:-1], described, strict=False)):
             return Value(cached=True)
-        kept = _keep_mask_with_ones(parts, lookup, argument(call, 1, "dim"))
+        kept = _keep_mask_with_ones(parts, described, argument(call, 1, "dim"), lookup)
         if kept is not None:
             return kept
         # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
         # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries
-        described = [describe(p, lookup) for p in parts]
         if len(parts) >= 2 and any(d.finfo_min for d in described) and all(
                 d.finfo_min or d.zeros for d in described):
             return Value(finfo_min=True, additive=True)
@@ -1808,15 +1808,14 @@ def _names_memory(node: ast.AST, *, spelled_out: bool = True) -> bool:
     return any(word in words for word in text.split("_"))
 
 
-def _keep_mask_with_ones(parts: list[ast.expr], lookup: Lookup,
-                         dim: ast.expr | None) -> Value | None:
+def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast.expr | None,
+                         lookup: Lookup) -> Value | None:
     """`torch.cat([mask.new_ones(b, n), attention_mask], dim=1)`: a keep-mask with kept
     positions (prepended tokens: CLS, memory, registers) joined to it is still a keep-mask of
     the same dtype, and along the sequence axis of a (batch, seq) one, of that layout; None for
     any other concatenation."""
     if len(parts) < 2 or any(isinstance(p, ast.Starred) for p in parts):
         return None
-    described = [describe(p, lookup) for p in parts]
     masks = [d for d in described if not d.all_ones]
     if len(masks) != 1 or len(masks) == len(described):
         return None
