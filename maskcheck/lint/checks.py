@@ -1932,10 +1932,6 @@ class Linter:
         for name, stmt in self._joins.pop(id(node)).items():
             self._branch_marks.pop(id(stmt), None)
             body = self._branch_values.pop((id(stmt), name), UNKNOWN)
-            if isinstance(node.orelse[-1], _FLOW_ENDS):
-                # `else: raise ...`: only the body's value goes on past the `if`
-                self.bind(name, body)
-                continue
             other = self.scope.values.get(name, UNKNOWN)
             joined = _join(body, other)
             if not joined.float01 and joined.float01_at is None:

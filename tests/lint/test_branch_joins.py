@@ -87,25 +87,21 @@ def attend(q, tokens, attention_mask, use_ids):
 
 def test_an_else_branch_that_raises_leaves_the_body_value(found: Found) -> None:
     # BERT's get_extended_attention_mask: 3-D or 2-D, else raise; the cast keeps 0/1 (the
-    # raising branch must not join its stale value with the body's)
+    # raising branch binds nothing, so the body's value goes on: no rewind to the value before)
     source = """\
 import torch
 
 
-class Mixin:
-    def extended(self, attention_mask, dtype):
-        if attention_mask.dim() == 3:
-            extended = attention_mask[:, None, :, :]
-        elif attention_mask.dim() == 2:
-            extended = attention_mask[:, None, None, :]
-        else:
-            raise ValueError("bad mask")
-        extended = extended.to(dtype=torch.float32)
-        return extended
-
-    def scores(self, q, k, attention_mask):
-        scores = q @ k.transpose(-1, -2)
-        scores = scores + self.extended(attention_mask, q.dtype)
-        return scores.softmax(-1)
+def attend(q, k, attention_mask):
+    if attention_mask.dim() == 3:
+        extended = attention_mask[:, None, :, :]
+    elif attention_mask.dim() == 2:
+        extended = attention_mask[:, None, None, :]
+    else:
+        raise ValueError("bad mask")
+    extended = extended.to(dtype=q.dtype)
+    scores = q @ k.transpose(-1, -2)
+    scores = scores + extended
+    return scores.softmax(-1)
 """
-    assert found(source) == [(17, "MC508")]
+    assert found(source) == [(13, "MC508")]
