@@ -12,7 +12,7 @@ import ast
 import bisect
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -29,6 +29,7 @@ from maskcheck.lint.values import (
     FLOAT_DTYPES,
     FP16_MAX,
     HALF_DTYPES,
+    KEEPS_VALUES,
     MODULE_ALIASES,
     PARAMETER_VALUES,
     TENSOR,
@@ -270,12 +271,19 @@ class _Signature(NamedTuple):
     open_ended: bool  # takes *args or **kwargs
 
 
+# Where an argument comes from: (caller key's owner, its name, the caller's parameter, how):
+# "" the parameter itself, an attribute name (`args.mask_value`), `_SLICED` (a range of it), or
+# the argument's expression where it reshapes the parameter (`pad.repeat_interleave(n, 0)`),
+# read again with the parameter's own seed.
+_Origin = tuple[str, str, str, "str | ast.expr"]
+
+
 class _Passed(NamedTuple):
     """One call of a function of this file: each argument's facts and, where the caller passes
     its own untouched parameter on, that parameter (caller key, name)."""
 
-    args: tuple[tuple[Value, tuple[str, str, str, str] | None], ...]
-    keywords: dict[str, tuple[Value, tuple[str, str, str, str] | None]]
+    args: tuple[tuple[Value, _Origin | None], ...]
+    keywords: dict[str, tuple[Value, _Origin | None]]
     spread: bool  # `*args` / `**kw`: what it passes is not known
     # The calling function (its key) when the call hands on that function's own `**kwargs`:
     # the other keywords are what its callers gave it
@@ -466,6 +474,10 @@ def _is_transposed(call: ast.Call, parent: ast.AST | None) -> bool:
         and call_name(parent) in _TRANSPOSES
         and call in parent.args
     )
+
+
+# A seeded parameter known only to be bool (see `_is_untouched`).
+_BOOL_ONLY = Value(dtype="bool")
 
 
 def _is_hf_mask_name(name: str) -> bool:
@@ -684,12 +696,13 @@ class _Checkpoint(NamedTuple):
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
-            "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told")
+            "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told",
+            "_casts_told")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
-           "_file_float16", "_declared_methods", "_file_casts_half")
+           "_file_float16", "_declared_methods", "_file_casts_half", "_registries")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -856,6 +869,12 @@ class Linter:
         self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
         # NamedTuple and dataclass classes of the file -> their fields (see `_note_record`).
         self._record_fields: dict[str, tuple[str, ...]] = {}
+        # Registries of this file's classes (their dict literals, by id) -> the classes they
+        # hold (see `_class_registries`).
+        self._registries: dict[int, tuple[str, ...]] = {}
+        # Casts to a float 0/1 mask reported at a direct use in their sight (see
+        # `_reported_at_cast`): a hand-over of the same mask is then reported at its call.
+        self._casts_told: set[tuple[int, int, int]] = set()
         # Whether the file itself speaks of float16 (see `_large_negative`); read on first use.
         self._file_float16: bool | None = None
         # First walk of a module (see `rerun`): the state before each top-level statement and
@@ -1017,6 +1036,8 @@ class Linter:
         # or imported under another name, with one of these words somewhere in the file.
         self._record_fields = _record_classes(tree) if (
             "NamedTuple" in self.source or "dataclass" in self.source) else {}
+        self._registries = _class_registries(tree, self._local_classes) if isinstance(
+            tree, ast.Module) and self._local_classes else {}
         self._clamps_to_min = "finfo" in self.source and (
             "clamp" in self.source or "max" in self.source) and _clamps_to_finfo_min(
                 tree, self.source)
@@ -1188,8 +1209,11 @@ class Linter:
     def _bind_element(self, name: str, iterated: Value) -> None:
         """Bind a loop variable to what one element of the iterated container is."""
         roles, module = iterated.element_roles, iterated.element_module
-        if roles or module:  # `for layer in self.layers:` over instances of a local class
-            self.bind(name, Value(param_roles=roles, module=module))
+        defs = iterated.element_defs if module is None else ()
+        if roles or module or defs:  # `for layer in self.layers:` over instances of a class
+            # (of one class of this file, or of any class a registry gives: then a call is a
+            # call of each)
+            self.bind(name, Value(param_roles=roles, module=module, element_defs=defs))
         elif iterated.element_mha:  # ... over torch attention modules
             self.bind(name, Value(mha=True, module=iterated.element_mha))
         elif iterated.element_grad:  # ... over the Parameters of an nn.ParameterList
@@ -1372,9 +1396,11 @@ class Linter:
         if not isinstance(node, ast.Lambda):
             self._enter_signature(node, scope, args, defaults)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-        if "attention_mask" in names and any(token_ids_name(n) for n in names) and (
+        if "attention_mask" in names and any(
+                token_ids_name(n) or n == "inputs_embeds" for n in names) and (
                 scope.values.get("attention_mask") in PARAMETER_VALUES):
             # `forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token
+            # (or Hugging Face's `inputs_embeds` in place of the ids, Decision Transformer's)
             scope.values["attention_mask"] = Value(hf_keep=True)
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
@@ -1459,6 +1485,9 @@ class Linter:
         if isinstance(call.func, ast.Subscript):
             return self.value(call.func.value).element_defs
         key = self._callee_key(call)
+        if key is None and isinstance(call.func, (ast.Name, ast.Attribute)):
+            # an instance of a class picked from a registry: a call of each class's forward
+            return self.value(call.func).element_defs
         return (key,) if key is not None else ()
 
     def _forwarded_kwargs_name(self, call: ast.Call) -> str | None:
@@ -1475,14 +1504,14 @@ class Linter:
             return None
         return kwargs
 
-    def _passed_origin(self, node: ast.AST) -> tuple[str, str, str, str] | None:
+    def _passed_origin(self, node: ast.AST) -> _Origin | None:
         """`_PASSED_NONE` for a literal None, else the caller's parameter `node` is (if one)."""
         return _PASSED_NONE if is_none(node) else self._passed_parameter(node)
 
     def _callee_key(self, call: ast.Call) -> tuple[str, str] | None:
         """The function, method, class or instance of a class of this file a call calls, keyed
         as `_enter_signature` keys definitions."""
-        func = call.func
+        func = _module_called(call.func)
         key: tuple[str, str] | None = None
         if isinstance(func, ast.Name):
             if func.id == "self":
@@ -1510,13 +1539,17 @@ class Linter:
         return _seedable(self._bound_facts(node) if isinstance(node, ast.expr) else self.value(
             node))
 
-    def _passed_parameter(self, node: ast.AST) -> tuple[str, str, str, str] | None:
+    def _passed_parameter(self, node: ast.AST) -> _Origin | None:
         """(caller key, name, "") when `node` is the calling function's own parameter,
         untouched; (caller key, name, attribute) for an attribute of it (`args.mask_value`);
         (caller key, name, `_SLICED`) for a range of it (`attention_mask[:, start:end]`, a
-        segment of the caller's mask: the same values)."""
+        segment of the caller's mask: the same values); (caller key, name, the argument) for
+        a reshape of it (`frame_pad.repeat_interleave(hw, dim=0)`: the same values, laid out
+        anew)."""
         scope = self.scope
-        attr = ""
+        attr: str | ast.expr = ""
+        if isinstance(node, ast.Call) and (reshaped := _reshaped_name(node)) is not None:
+            attr, node = node, reshaped
         if isinstance(node, ast.Name) and node.id in scope.assigned and isinstance(
                 bound := scope.derived.get(node.id), ast.Subscript):
             node = bound  # `seg_mask = attention_mask[:, start:end]`, then `f(seg_mask)`
@@ -1525,6 +1558,8 @@ class Linter:
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
                 _ranges_only(node.slice)):
             attr, node = _SLICED, node.value
+        if isinstance(node, ast.Name):
+            scope = self._binding_function(node.id)
         if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.key
                 and node.id not in scope.assigned):
             return None
@@ -1535,6 +1570,17 @@ class Linter:
         if node.id in last.positional or node.id in last.keyword_only:
             return (scope.key[0], scope.key[1], node.id, attr)
         return None
+
+    def _binding_function(self, name: str) -> _Scope:
+        """The function scope whose `name` a closure reads: this one, or for a name a lambda
+        or a nested function leaves free (`lambda x: self.attention(x, mask=mask)`), the
+        nearest enclosing function that binds it."""
+        for scope in reversed(self.scopes):
+            if scope.kind != "function":
+                break
+            if name in scope.values or name in scope.assigned or name in scope.params:
+                return scope
+        return self.scope
 
     def _seeded_parameters(self) -> dict[tuple[str, str], dict[str, Value]]:
         """After the first walk: each parameter's facts where every call of this file passes
@@ -1615,7 +1661,9 @@ class Linter:
                     continue
                 if origin is not None:
                     inherited = seed((origin[0], origin[1]), origin[2])
-                    if origin[3] == _SLICED:  # a range of the caller's parameter
+                    if isinstance(origin[3], ast.expr):  # a reshape of it
+                        inherited = _reshaped_seed(origin[3], origin[2], inherited)
+                    elif origin[3] == _SLICED:  # a range of the caller's parameter
                         inherited = replace(inherited, tri=None, tri_at=None) if (
                             inherited) else inherited
                     elif origin[3]:  # an attribute of the caller's parameter
@@ -1640,7 +1688,7 @@ class Linter:
             with_roles = self.role_params.get(key, set())
             for param in (*signature[0].positional, *signature[0].keyword_only):
                 kinds = self.role_kinds.get((key, param), {""})
-                bool_only = pair_only = False
+                bool_only = pair_only = keep_only = False
                 if "add" in kinds and _names_additive(param) and any(
                         "mask" in other.lower() for other in (
                             *signature[0].positional, *signature[0].keyword_only)):
@@ -1652,7 +1700,13 @@ class Linter:
                 # they read `masks[1]`, the tuple's element, as a mask of the parameter's)
                 if param in with_roles and not kinds <= _USE_SITE_ROLES and not seed(
                         key, param).held_parts:
-                    if kinds <= {"drop-fill", "keep-fill"}:
+                    if kinds == {"drop-fill"} and not _names_padding(param) and _keeps(
+                            seed(key, param)):
+                        # filled where True, and every call gives a keep-mask: the function
+                        # reads its one kind of mask the wrong way round, and the fix goes at
+                        # its fill (MC519 there; the calls' reports are its echoes)
+                        keep_only = True
+                    elif kinds <= {"drop-fill", "keep-fill"}:
                         # a fill condition only: its direction is checked at the calls; that
                         # every call gives a pair mask is read at the fill (MC507: the rows of
                         # the padded queries are empty), where the fix goes
@@ -1672,6 +1726,10 @@ class Linter:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 elif pair_only:
                     facts = Value(pair_keep=True) if facts.pair_keep else UNKNOWN
+                elif keep_only:
+                    facts = Value(dtype=facts.dtype if facts.dtype in {"bool", "int"} else None,
+                                  hf_keep=facts.hf_keep, pad_keep=facts.pad_keep,
+                                  keep_mask=facts.keep_mask, pair_keep=facts.pair_keep)
                 if facts.flag is not None and (key[1] != "__init__" or not causal_read) and (
                         (key, param) not in self.offset_flags):
                     # a flag is read through `self.causal = causal`; a function's own flag that
@@ -1904,6 +1962,12 @@ class Linter:
                 # `return cls(**kwargs)` of a classmethod, `return Config(...)`: an instance of
                 # a class of this file (a record's fields are read through it)
                 returned = replace(returned, module=built)
+            if returned.floated_at is not None and any(
+                    value.additive for value in self.scope.values.values()):
+                # a helper that builds the additive form and returns the float 0/1 mask (BERT's
+                # `get_extended_attention_mask` with the bias bound to a misspelled name): the
+                # return is what is wrong, not the cast
+                returned = replace(returned, floated_at=site(node))
             self.scope.returns.append(returned)
             if isinstance(node.value, ast.Tuple):
                 self.scope.tuple_returns.append(tuple(self.value(e) for e in node.value.elts))
@@ -2102,7 +2166,7 @@ class Linter:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 self._class_scope_add(attr.value, buffer=True, value=self.value(call.args[1]))
-        func = call.func
+        func = _module_called(call.func)
         # (`cls.expand_mask(...)` in a classmethod calls the class's own method, as self. does)
         callee = func.id if isinstance(func, ast.Name) else (
             "self." + func.attr if isinstance(func, ast.Attribute) and isinstance(
@@ -2128,7 +2192,7 @@ class Linter:
         if type(parent) is ast.Expr and "MC525" in self.enabled and not (
                 self.displays and self._at_top_level(parent)):
             self._discarded_result(call, name)
-        if self.scope.bool_triu or self._class_triu:
+        if self.scope.bool_triu or self._class_triu or name in _FILLS_BY_CONDITION:
             self._bool_triu_use(call)
         self._zero_mask_call(call, name)
         self._note_mutations(call, name)
@@ -2289,9 +2353,23 @@ class Linter:
             # Transformer's own `Transformer(...).to(device)` takes keep-masks, not
             # nn.Transformer's)
             facts = replace(facts, module=built, mha=False)
+        if self._registries:
+            if isinstance(value, ast.Dict) and id(value) in self._registries:
+                facts = replace(facts, classes=self._registries[id(value)])
+            elif picked := self._registry_choice(value):
+                facts = replace(facts, classes=picked)  # `block = ATTENTION_TYPES[cfg.kind]`
         elements = _container_class(value)
+        # `nn.ModuleList(block(d) for ...)` or `self.attn = block(d)` of a registry's class
+        chosen = self.lookup(elements).classes if elements is not None and (
+            elements not in self._local_defs) else ()
+        if not chosen and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                value.func.id not in self._local_defs) and (
+                built_from := self.lookup(value.func.id).classes):
+            facts = replace(facts, **self._dispatch_facts(built_from, "param_roles"))
         if elements in self._class_roles:  # `nn.ModuleList(Block(d) for _ in range(n))`
             facts = replace(facts, element_roles=self._class_roles[elements or ""])
+        elif chosen:
+            facts = replace(facts, **self._dispatch_facts(chosen, "element_roles"))
         elif functions := _function_table(value):
             # `ATTENTION_FUNCTIONS = {Backend.EAGER: eager_attention, Backend.SDPA: sdpa}`:
             # a function picked from it at run time does what each of them does
@@ -2305,19 +2383,38 @@ class Linter:
         elif elements is None and (classes := _dispatch_classes(value)):
             # `nn.ModuleDict({"sdpa": SdpaAttention(), "eager": EagerAttention()})`: an element
             # picked at run time may be any of them, so a call of one does what each does
-            joined: dict[tuple[int, str], _Role] = {}
-            for name in classes:
-                for role in self._class_roles.get(name, ()):
-                    joined.setdefault((role.position, role.role), role)
-            if joined:
-                facts = replace(facts, element_roles=tuple(joined.values()), element_defs=tuple(
-                    (name, "forward") for name in classes if name in self._local_defs))
+            facts = replace(facts, **self._dispatch_facts(classes, "element_roles"))
         if elements is not None and elements in self._local_defs:
             facts = replace(facts, element_module=elements)
         attention = _container_attention(value)
         if attention is not None:  # `nn.ModuleList([nn.MultiheadAttention(d, h) for ...])`
             facts = replace(facts, element_mha=attention)
         return facts
+
+    def _dispatch_facts(self, classes: Sequence[str], roles_field: str) -> dict[str, Any]:
+        """What a module that may be an instance of any of `classes` does: their forwards'
+        joined roles (under `roles_field`) and their definitions, keyed as calls are recorded
+        (what the calls pass seeds each forward, whatever its roles)."""
+        joined: dict[tuple[int, str], _Role] = {}
+        for name in classes:
+            for role in self._class_roles.get(name, ()):
+                joined.setdefault((role.position, role.role), role)
+        defs = tuple((name, "forward") for name in classes if name in self._local_defs)
+        if not (joined or defs):
+            return {}
+        return {roles_field: tuple(joined.values()), "element_defs": defs}
+
+    def _registry_choice(self, value: ast.expr) -> tuple[str, ...]:
+        """`REGISTRY[key]` or `REGISTRY.get(key)` of a name bound to a registry of this file's
+        classes: the classes it may give."""
+        if isinstance(value, ast.Subscript):
+            held = value.value
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
+                value.func.attr == "get"):
+            held = value.func.value
+        else:
+            return ()
+        return self.lookup(held.id).classes if isinstance(held, ast.Name) else ()
 
     def _assign_target(self, target: ast.expr, value: ast.expr, facts: Value) -> None:
         if isinstance(target, ast.Name):
@@ -2405,6 +2502,7 @@ class Linter:
         fill = self._zero_mask_fill_of(name, value)
         pending_triu = scope.bool_triu.get(name)
         reshaped = scope.zeroed.get(name) if _reshape_of(value, name) else None
+        bound_before = scope.derived.get(name)
         self._forget(name, scope)
         if reshaped is not None:  # `a = a * keep; a = a.view(-1, n, n)`: still the product
             scope.zeroed[name] = reshaped
@@ -2428,11 +2526,14 @@ class Linter:
         if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
         if (facts.hf_keep and facts.dtype is None and isinstance(value, ast.Subscript)
-                and isinstance(value.value, ast.Name) and value.value.id == name):
+                and isinstance(value.value, ast.Name) and value.value.id == name
+                and not _flattened_2d(bound_before)):
             # `attention_mask = attention_mask[:, None, None, :]` rebinds a mask of unknown value
             # to a 4-D layout (a rank switch that also takes 3-D and 4-D masks): it keeps what the
             # caller passed, which may already be additive (sglang's LTX-2 connector); BERT's
-            # extended-mask idiom is a new name, `ext = attention_mask[:, None, None, :]`.
+            # extended-mask idiom is a new name, `ext = attention_mask[:, None, None, :]`, or
+            # the same name flattened to (batch, seq) first (GPT-2's and Decision Transformer's
+            # `attention_mask = attention_mask.view(batch_size, -1)`), which no 4-D mask survives.
             facts = replace(facts, hf_keep=False)
         if facts:
             scope.values[name] = facts
@@ -2660,8 +2761,12 @@ class Linter:
         if softmaxed:
             for result, other in ((node.left, node.right), (node.right, node.left)):
                 if isinstance(result, ast.Name) and result.id in softmaxed and self._remasks(
-                        other):
-                    del softmaxed[result.id]  # `p = softmax(s * m); p = p * m`: renormalised
+                        other) and softmaxed[result.id].node is not node and not (
+                        self._in_other_branch(softmaxed[result.id].node, node)):
+                    # `p = softmax(s * m); p = p * m`: renormalised (not the product inside the
+                    # softmax itself, `p = softmax(p * m)`, nor one in the if's other branch,
+                    # DeepCTR's DIN: `if norm: out = softmax(out * m) else: out = out * m`)
+                    del softmaxed[result.id]
         for big, other in ((node.left, node.right), (node.right, node.left)):
             # A bool tensor times a Python float is float32 (the default dtype) whatever the
             # scores' dtype, and float32 + float16 scores promotes to float32: no overflow.
@@ -2943,10 +3048,12 @@ class Linter:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
             if self._added_zero_one(mask_node) and self._is_scores(other) and not (
                     self._zero_one_mask(other)):
-                self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask added to the "
-                            "scores: it adds 1 where it is 1 and masks nothing; turn it into "
-                            "0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) or use "
-                            "masked_fill")
+                if not self._reported_at_cast(mask_node, "it is added to the scores"):
+                    self._told_cast(mask_node)
+                    self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask added to "
+                                "the scores: it adds 1 where it is 1 and masks nothing; turn it "
+                                "into 0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) "
+                                "or use masked_fill")
                 return
             if self._is_scores(other) and self._branch_float01(mask_node, "it is added to "
                                                                    "the scores"):
@@ -3065,11 +3172,63 @@ class Linter:
 
     def _float_mask_argument(self, mask: ast.expr, api: str) -> None:
         if self._float_mask_of_attention(mask):
-            self.report("MC508", mask, f"{self._text(mask)} is a float 0/1 mask, but {api} adds a "
-                        "float attn_mask to the scores: it adds 1 to the kept positions and "
-                        "masks nothing; pass it as bool (`.bool()`) or as 0/-inf")
+            if not self._reported_at_cast(mask, f"{api} adds it"):
+                self._told_cast(mask)
+                self.report("MC508", mask, f"{self._text(mask)} is a float 0/1 mask, but {api} "
+                            "adds a float attn_mask to the scores: it adds 1 to the kept "
+                            "positions and masks nothing; pass it as bool (`.bool()`) or as 0/-inf")
         else:
             self._branch_float01(mask, f"{api}() adds it")
+
+    def _in_sight(self, made: tuple[int, int, int]) -> bool:
+        """Whether code at `made` is in the function being read or one that encloses it (a
+        closure reads its maker's names), or is module-level code read by a module-level
+        function or by the module itself; not across a class (another method's code)."""
+
+        def spans(node: ast.AST | None) -> bool:
+            return node is not None and getattr(node, "lineno", 0) <= made[0] <= (
+                getattr(node, "end_lineno", None) or 0)
+
+        for scope in reversed(self.scopes):
+            if scope.kind == "class":
+                return False
+            if scope.kind == "function" and spans(scope.node):
+                return True
+            if scope.kind == "module":
+                body = getattr(self._tree, "body", [])
+                return not any(isinstance(statement, (
+                    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and spans(statement)
+                    for statement in body)
+        return False
+
+    def _told_cast(self, mask: ast.AST) -> None:
+        """Note that the cast that made `mask` float is reported at a use in its sight."""
+        made = self.value(mask).floated_at
+        if made is not None:
+            self._casts_told.add(made)
+
+    def _reported_at_cast(self, mask: ast.AST, use: str, *, handed: bool = False) -> bool:
+        """MC508 for a float 0/1 `mask` at the cast that made it float (`Value.floated_at`),
+        naming the use, where the mask is added out of sight of that cast: `handed` to a
+        function of this file that adds it, or added in a function that neither is nor
+        encloses the one that cast it (a mask cast in a model's forward and added by its
+        attention layer). A cast on the use's own line, or one in sight of a direct use, is
+        reported at the use (False: the caller reports it there)."""
+        made = self.value(mask).floated_at
+        if made is None or self._is_mutated(mask):
+            return False
+        line = getattr(mask, "lineno", 0)
+        if made[0] <= line <= made[2]:
+            return False  # `sdpa(..., attn_mask=keep[:, None, None, :].float())`
+        if not handed and self._in_sight(made):
+            return False  # `ext = m.to(scores.dtype)` then `scores + ext`
+        if handed and made in self._casts_told:
+            return False  # the cast's own function adds it too, reported there at the use
+        self.report("MC508", _placed(made), f"this makes a float 0/1 mask ({self._text(mask)} "
+                    f"at line {line}), and {use} as an additive mask: it adds 1 where it is 1 "
+                    "and masks nothing; turn it into 0/-inf here (`(1.0 - m) * "
+                    "torch.finfo(dtype).min`) or pass it as bool")
+        return True
 
     def _branch_float01(self, mask: ast.AST, use: str) -> bool:
         """MC508 for a mask that one branch of an `if` made a float 0/1 padding mask
@@ -3167,6 +3326,22 @@ class Linter:
         else:
             self._report_zeroed(product)
 
+    def _in_other_branch(self, first: ast.AST, later: ast.AST) -> bool:
+        """Whether `later` sits in the other branch of an `if` whose body holds `first`."""
+        if self._tree is None:
+            return False
+        parents = self._parents()
+        line = getattr(later, "lineno", 0)
+        child, here = first, parents.get(id(first))
+        while here is not None and not isinstance(here, _FUNCTION_NODES):
+            if isinstance(here, ast.If) and here.orelse and any(
+                    child is statement for statement in here.body) and (
+                    here.orelse[0].lineno <= line <= (
+                        getattr(here.orelse[-1], "end_lineno", None) or line)):
+                return True
+            child, here = here, parents.get(id(here))
+        return False
+
     def _flush_softmaxed(self, scope: _Scope) -> None:
         if not scope.kernel:
             for product in scope.softmaxed.values():
@@ -3257,6 +3432,8 @@ class Linter:
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
         self._empty_rows(call, condition, value, target, parent)
         cond = self.value(condition)
+        if cond.layout is None and self._key_padding_on_query_axis(condition):
+            cond = replace(cond, layout="B1S1")
         if cond.layout == "B1S1" and target is not None and (
                 self._is_scores(target) or self._fill_reaches_softmax(call, target, parent)
                 or _assigned_to_scores(call, parent)):
@@ -3332,6 +3509,30 @@ class Linter:
         if inner is None or ast.dump(inner) != ast.dump(target):
             return False
         return self.value(target).dtype not in HALF_DTYPES and not self._speaks_float16()
+
+    def _key_padding_on_query_axis(self, node: ast.AST) -> bool:
+        """`key_padding_mask.unsqueeze(1).unsqueeze(3)` / `key_padding_mask[:, None, :, None]`
+        of this function's own `key_padding_mask` parameter, untouched: (batch, seq) by the
+        name's own convention (nn.MultiheadAttention's (N, S)), laid out as (B, 1, S, 1)."""
+        axes: list[str] = []
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr == "unsqueeze") and len(node.args) == 1 and not node.keywords:
+            axes.append(str(number(node.args[0])))
+            node = node.func.value
+        if axes == ["3.0", "1.0"]:
+            inner = node
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and [
+                "None" if is_none(p) else ":" if isinstance(p, ast.Slice) and p.lower is None
+                and p.upper is None else "?" for p in node.slice.elts] == [":", "None", ":",
+                                                                              "None"]:
+            inner = node.value
+        else:
+            return False
+        if not isinstance(inner, ast.Name) or not inner.id.endswith("key_padding_mask"):
+            return False
+        scope = self._binding_function(inner.id)
+        return scope.kind == "function" and inner.id in scope.params and (
+            inner.id not in scope.assigned)
 
     def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
         """MC514: a (batch, sequence) padding mask laid out as (B, 1, L, 1) hides query rows.
@@ -3636,6 +3837,7 @@ class Linter:
         self._note_role(node, "float-mha", raw=True)
         self._note_role(node, "drop-mha")  # True = padding: a keep-mask passed here is inverted
         if self._float_mask_of_attention(node):
+            self._told_cast(node)
             self.report("MC508", node, f"{self._text(node)} is a float 0/1 mask, but a float "
                         f"{where} is added to the scores: it adds 1 at the padding and masks "
                         "nothing; pass it as bool (True = padding)")
@@ -3704,9 +3906,11 @@ class Linter:
             return True  # `attention_mask = tokenizer(...)["attention_mask"]`: still a keep-mask
         if node.id in self.scope.assigned:
             return False
-        # a parameter, or one every caller gives a keep-mask (read through their helpers)
+        # a parameter, or one every caller gives a keep-mask (read through their helpers), or
+        # a bool whose convention no caller shows (Perceiver's `attention_mask` defaulting to
+        # `torch.ones(..., dtype=torch.bool)`): its name's convention stands
         return known in PARAMETER_VALUES or ((known.pad_keep or known.keep_mask) and not (
-            known.hf_keep_inverted))
+            known.hf_keep_inverted)) or (known == _BOOL_ONLY and node.id in self.scope.params)
 
     def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
@@ -3729,12 +3933,28 @@ class Linter:
         made = self.value(mask).tri_at
         node = self.scope.node
         shown = self._text(mask)
+        line = getattr(mask, "lineno", 0)
         if made is None or node is None or self.scope.kind != "function":
             return mask, shown
         start = getattr(node, "lineno", 0)
-        if start <= made[0] <= (getattr(node, "end_lineno", None) or start):
+        if start <= made[0] <= (getattr(node, "end_lineno", None) or start) and (
+                made[0] <= line <= made[2] or root_name(
+                    mask.left if isinstance(mask, ast.Compare) else mask) in self._names_bound_at(
+                    made)):
+            # in this function and read under the name it was bound to: the use shows it
             return mask, shown
-        return _placed(made), f"this triangle ({shown} at line {getattr(mask, 'lineno', 0)})"
+        # made elsewhere (a builder or a closure of the file), or combined into another mask
+        # since (SASRec's `blocked = attention_mask.unsqueeze(0) | timeline_mask...`)
+        return _placed(made), f"this triangle ({shown} at line {line})"
+
+    def _names_bound_at(self, made: tuple[int, int, int]) -> set[str]:
+        """The names an assignment starting on the line of `made` binds."""
+        names: set[str] = set()
+        for node in ast.walk(self.scope.node) if self.scope.node is not None else ():
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno == made[0]:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        return names
 
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
@@ -3887,12 +4107,33 @@ class Linter:
                 triu, 0, "diagonal")
             self._triu_hit(triu, diagonal)
             return
+        if held is None and condition is not None and fill is not None and (
+                self._is_fill_value(fill)):
+            facts = self.value(condition)
+            if facts.dtype == "bool" and facts.tri == "upper" and facts.hides_above and (
+                    facts.tri_at is not None):
+                # a triangle made elsewhere and read back through an attribute or a property
+                # (Informer's `TriangularCausalMask(B, L).mask`): reported where it is made
+                made = self._call_at(facts.tri_at, "triu")
+                if made is not None:
+                    self._triu_hit(made, argument(made, 1, "diagonal") if is_module_call(
+                        made) else argument(made, 0, "diagonal"))
+                    return
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
                 triu = masks.pop(kw.value.id)
                 diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
                     triu, 0, "diagonal")
                 self._triu_hit(triu, diagonal)
+
+    def _call_at(self, made: tuple[int, int, int], name: str) -> ast.Call | None:
+        """The call of `name` in this file that starts at `made` (a fact's site, see
+        `values.site`; `torch.triu(m).to(device)` starts there too)."""
+        for node in ast.walk(self._tree) if self._tree is not None else ():
+            if isinstance(node, ast.Call) and (node.lineno, node.col_offset) == made[:2] and (
+                    call_name(node) == name):
+                return node
+        return None
 
     # --- MC504 ---
 
@@ -4565,9 +4806,11 @@ class Linter:
                             "mask (0 / -inf)")
                 return True
             if self._added_zero_one(mask):
-                self.report("MC508", mask, f"{self._text(mask)} is a 0/1 mask and {name}() adds "
-                            "it to its scores: it adds 1 where it is 1 and masks nothing; turn "
-                            "it into 0/-inf first")
+                if not self._reported_at_cast(mask, f"{name}() adds it to its scores",
+                                              handed=True):
+                    self.report("MC508", mask, f"{self._text(mask)} is a 0/1 mask and {name}() "
+                                "adds it to its scores: it adds 1 where it is 1 and masks "
+                                "nothing; turn it into 0/-inf first")
                 return True
             if self._branch_float01(mask, f"{name}() adds it to its scores"):
                 return True
@@ -4597,9 +4840,12 @@ class Linter:
             api = ("scaled_dot_product_attention" if entry.role == "float-sdpa"
                    else "an attention module")
             if arg is not None and self._float_mask_of_attention(arg):
-                self.report("MC508", arg, f"{self._text(arg)} is a float 0/1 mask, and {name}() "
-                            f"hands it as {entry.param} to {api}, which adds a float mask to the "
-                            "scores: it adds 1 and masks nothing; pass it as bool or as 0/-inf")
+                if not self._reported_at_cast(arg, f"{name}() hands it as {entry.param} to "
+                                              f"{api}, which adds it", handed=True):
+                    self.report("MC508", arg, f"{self._text(arg)} is a float 0/1 mask, and "
+                                f"{name}() hands it as {entry.param} to {api}, which adds a "
+                                "float mask to the scores: it adds 1 and masks nothing; pass it "
+                                "as bool or as 0/-inf")
                 return True
             if arg is not None and self._branch_float01(
                     arg, f"{name}() hands it as {entry.param} to {api}, which adds it"):
@@ -5013,6 +5259,77 @@ def _container_class(value: ast.expr) -> str | None:
         isinstance(m, ast.Call) for m in made) else None
 
 
+def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[str, ...]]:
+    """Registries of this file's classes (the dict literals, by `id`), and the classes each
+    holds: a dict literal of class names bound to a name (`BLOCKS = {"a": BlockA, "b":
+    BlockB}`), items stored by a statement (`BLOCKS["c"] = BlockC`), and classes decorated with
+    a function of this file that stores its argument in one (`@register("divided")`, whose inner
+    `wrap(cls)` does `ATTENTION_TYPES[name] = cls`: TimeSformer's and fairseq's registries).
+    Statements at any depth count (a script's `main()` may hold them all)."""
+    statements = _all_statements(tree)
+    literals: dict[str, ast.Dict] = {}
+    held: dict[str, list[str]] = {}
+    for statement in statements:
+        # `BLOCKS = {...}`, `BLOCKS: dict[str, type] = {...}`
+        target = statement.targets[0] if isinstance(statement, ast.Assign) and len(
+            statement.targets) == 1 else statement.target if isinstance(
+            statement, ast.AnnAssign) else None
+        literal = getattr(statement, "value", None)
+        if isinstance(target, ast.Name) and isinstance(literal, ast.Dict):
+            names = [v.id for v in literal.values if isinstance(v, ast.Name) and v.id in classes]
+            if len(names) == len(literal.values):  # (an empty dict, filled below)
+                literals[target.id] = literal
+                held[target.id] = names
+    if not held:
+        return {}
+    storing: dict[str, str] = {}  # a decorator function -> the registry it stores into
+    for statement in statements:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
+                target := statement.targets[0], ast.Subscript) and isinstance(
+                target.value, ast.Name) and target.value.id in held and isinstance(
+                statement.value, ast.Name) and statement.value.id in classes:
+            held[target.value.id].append(statement.value.id)
+        elif isinstance(statement, ast.FunctionDef) and statement.name not in storing:
+            parameters = {a.arg for node in ast.walk(statement) if isinstance(
+                node, (ast.FunctionDef, ast.Lambda)) for a in node.args.args}
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                        target := node.targets[0], ast.Subscript) and isinstance(
+                        target.value, ast.Name) and target.value.id in held and isinstance(
+                        node.value, ast.Name) and node.value.id in parameters:
+                    storing[statement.name] = target.value.id
+    if storing:
+        for statement in statements:
+            if isinstance(statement, ast.ClassDef):
+                for decorator in statement.decorator_list:
+                    func = decorator.func if isinstance(decorator, ast.Call) else decorator
+                    if isinstance(func, ast.Name) and func.id in storing:
+                        held[storing[func.id]].append(statement.name)
+    return {id(literals[name]): tuple(dict.fromkeys(names)) for name, names in held.items()
+            if names}
+
+
+def _all_statements(tree: ast.AST) -> list[ast.stmt]:
+    """Every statement of the module, at any depth, in no particular order."""
+    found: list[ast.stmt] = []
+    pending: list[ast.AST] = [tree]
+    blocks_of = _BLOCK_FIELDS
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.stmt):
+            found.append(node)
+        kind = type(node)
+        blocks = blocks_of.get(kind)
+        if blocks is None:
+            blocks = blocks_of[kind] = tuple(
+                f for f in _BLOCK_NAMES if f in getattr(kind, "_fields", ()))
+        for block_name in blocks:
+            block = getattr(node, block_name, None)
+            if isinstance(block, list):
+                pending.extend(block)
+    return found
+
+
 def _function_table(value: ast.expr) -> list[str]:
     """`{Backend.EAGER: eager_attention, Backend.SDPA: sdpa_attention}` (or a list or tuple
     of names): the names it holds, when every value is a bare name."""
@@ -5299,7 +5616,7 @@ _ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 _SEED_FACTS = frozenset({
     "additive", "finfo_min", "zero_one", "flag", "int_mask", "tri", "hf_keep", "hf_keep_inverted",
     "pad_keep", "tokens", "cached", "number", "float01", "padding01", "keep_mask", "cast01",
-    "wide_finfo", "dtype", "namespace", "tri_at",
+    "wide_finfo", "dtype", "namespace", "tri_at", "floated_at",
     # a pair mask (query axis AND key axis): a padded query's row is empty (MC507)
     "pair_keep",
     # an instance of a class of this file, or of torch's attention modules, given to a
@@ -5317,6 +5634,22 @@ _ADDITIVE_NAME = re.compile(r"(?:^|_)(?:bias|biases)$|^additive_|_additive$|^add
 
 def _names_additive(param: str) -> bool:
     return bool(_ADDITIVE_NAME.search(param.lower()))
+
+
+def _names_padding(param: str) -> bool:
+    """A parameter named for True = masked (`pad`, `key_padding_mask`, `src_mask`,
+    `invalid`): a helper that fills where it is True reads it as its name says, and a caller
+    passing a keep-mask passes the wrong one."""
+    hint = name_hint(param)
+    if hint is not None and hint.bool_convention == "bool-true-masked":
+        return True
+    lowered = param.lower()
+    return any(word in lowered for word in ("pad", "invalid", "ignore", "masked", "drop"))
+
+
+def _keeps(facts: Value) -> bool:
+    """A keep-mask (True / 1 = may attend) by how it was made or named."""
+    return (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted
 
 
 def _seedable(facts: Value, *, part: bool = False) -> Value:
@@ -5374,10 +5707,18 @@ def _fills_zero(call: ast.Call) -> bool:
     return value is not None and number(value) == 0
 
 
+# Calls that fill where a condition holds (read by MC503 for a triangle made elsewhere).
+_FILLS_BY_CONDITION = frozenset({"masked_fill", "masked_fill_", "where"})
+
+
 def _held_by_attribute(value: Value) -> Value:
     """What `self.X` holds of a value: not where a triangle was turned, since a buffer may be
-    read right on one path and wrong on another (MC521 then stays at the wrong use)."""
-    return replace(value, tri_at=None) if value.tri_at is not None else value
+    read right on one path and wrong on another (MC521 then stays at the wrong use); except a
+    True triangle on and above the diagonal (`triu` of ones with diagonal 0), which no reading
+    makes right: its fix is where it is made (MC503)."""
+    if value.tri_at is None or (value.tri == "upper" and value.hides_above):
+        return value
+    return replace(value, tri_at=None)
 
 
 def _placed(made: tuple[int, int, int]) -> ast.Name:
@@ -5962,6 +6303,45 @@ def _returned_dict_keys(tree: ast.AST | None, name: str) -> tuple[str, ...]:
 # The `_Passed` origin of a range of the caller's parameter (see `_passed_parameter`); no
 # attribute is spelled so.
 _SLICED = "[:]"
+
+
+def _flattened_2d(node: ast.expr | None) -> bool:
+    """`m.view(batch_size, -1)` / `m.reshape(b, -1)`: a mask made (batch, seq) whatever its
+    rank was."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+        node.func.attr in {"view", "reshape"}) and len(node.args) == 2 and not node.keywords and (
+        number(node.args[1]) == -1.0)
+
+
+def _module_called(func: ast.expr) -> ast.expr:
+    """What a call calls, reading `block.forward(x, m)` and `self.attention.forward(...)` as
+    the module's own call (BERT4Rec's `transformer.forward(x, mask)`); `self.forward` stays a
+    method of the class."""
+    if isinstance(func, ast.Attribute) and func.attr == "forward" and (
+            isinstance(func.value, ast.Attribute) or (isinstance(func.value, ast.Name) and (
+                func.value.id not in {"self", "cls"}))):
+        return func.value
+    return func
+
+
+def _reshaped_seed(argument: ast.expr, parameter: str, seed: Value) -> Value:
+    """What `argument`, a reshape of the caller's `parameter`, gives where the parameter holds
+    `seed`."""
+    if not seed:
+        return seed
+    return describe(argument, lambda name: seed if name == parameter else UNKNOWN)
+
+
+def _reshaped_name(call: ast.Call) -> ast.Name | None:
+    """The name a chain of value-keeping tensor methods starts from (`pad.repeat_interleave(n,
+    dim=0)`, `m.unsqueeze(1).expand(-1, n, -1)`), when every method keeps the values."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in KEEPS_VALUES):
+        return None
+    node = call.func.value
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in KEEPS_VALUES):
+        node = node.func.value
+    return node if isinstance(node, ast.Name) else None
 
 
 def _ranges_only(key: ast.expr) -> bool:

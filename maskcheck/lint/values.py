@@ -27,7 +27,7 @@ _INF_NAMES = frozenset({"math.inf", "torch.inf", "np.inf", "numpy.inf", "np.Inf"
 _ONES_FUNCS = frozenset({"ones", "ones_like", "new_ones"})
 _FULL_FUNCS = frozenset({"full", "full_like", "new_full"})
 # Tensor methods that keep the values (and so the facts) of their receiver.
-_KEEPS_VALUES = frozenset({
+KEEPS_VALUES = frozenset({
     "cuda", "cpu", "contiguous", "view", "reshape", "unsqueeze", "expand", "expand_as",
     "repeat", "clone", "detach", "squeeze", "view_as", "reshape_as", "flatten",
     "repeat_interleave",
@@ -45,11 +45,13 @@ _KEEPS_DTYPE = frozenset({
     # gathered at the targets, then filled with -1e30)
     "gather", "index_select", "take_along_dim",
 })
+# Methods that cast to a float dtype (by their name, or by their argument).
+_FLOAT_CASTS = frozenset({"to", "type", "type_as", "float", "half", "bfloat16", "double"})
 # Comparison methods: a bool result.
 _COMPARE_METHODS = {"eq": "==", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
 _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
 # Methods of tensors (and arrays) that a Python bool lacks.
-_ARRAY_METHODS = _KEEPS_VALUES | _TRANSPOSES | {
+_ARRAY_METHODS = KEEPS_VALUES | _TRANSPOSES | {
     "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as", "byte",
     "char", "short"}
 # torch's dtype names, by the fact they give.
@@ -141,6 +143,11 @@ class Value:
     # ... and the definitions those elements are, keyed as calls are recorded (("", function),
     # (class, "forward")): a call of one picked at run time is a call of each
     element_defs: tuple[tuple[str, str], ...] = ()
+    # A class of this file picked at run time from a registry (`block = ATTENTION_TYPES[kind]`
+    # of a dict filled by a class decorator, or `BLOCKS = {"a": BlockA, "b": BlockB}`): the
+    # classes it may be. An instance built from it has their joined roles and `element_defs`
+    # (a call of the instance is a call of each class's forward).
+    classes: tuple[str, ...] = ()
     # A DataLoader whose collate_fn is a function of this file returning a tuple: what each
     # position of a batch gives (`for x, frame_mask, y in loader:`).
     element_parts: tuple[Any, ...] = ()
@@ -190,6 +197,14 @@ class Value:
     # mask[:, None, None, :].to(dtype)`): an addition of the joined value adds 1 on that path
     # (MC508, reported at the branch, where the fix goes). Kept through further joins.
     float01_at: tuple[int, int, int] | None = None
+    # Where a 0/1 mask became a float 0/1 mask (the cast: `keep[:, None, None, :].to(q.dtype)`,
+    # `.float()`, `.type_as(x)`): a function the mask is handed to adds it out of sight of the
+    # cast, and MC508 is reported at the cast, where the fix goes.
+    floated_at: tuple[int, int, int] | None = None
+    # A comparison that may give a Python bool or a bool tensor (`timeline_mask = log_seqs ==
+    # 0` of an unknown `log_seqs`): what it is as a tensor, read where it must be one (a tensor
+    # method called on it, torch.cat of it, `|` / `&` with a bool tensor).
+    if_tensor: Any = None
     # A parameter annotated `torch.BoolTensor` (AllenNLP's masks): 0/1, but not surely bool
     # (protenix annotates so an int indicator, `1 - is_ligand`): a float cast of it is a float
     # 0/1 mask (MC520), while `1 - it` is no proof of a bool subtraction.
@@ -955,8 +970,18 @@ def _describe_compare(node: ast.Compare, lookup: Lookup, elementwise: bool = Fal
         isinstance(left, (ast.Call, ast.Subscript)) and not _record_field(left)) or (
         mentions_mask(left) or (last_name(left) or "").endswith("ids") or _names_pad_index(right))
     if not tensorish:
-        return UNKNOWN
+        as_tensor = _compared(lv, op, right, left)
+        return Value(if_tensor=as_tensor) if as_tensor.dtype == "bool" else UNKNOWN
     return _compared(lv, op, right, left)
+
+
+def _as_tensor(node: ast.expr, lookup: Lookup) -> Value:
+    """What `node` holds where only a tensor can stand (an element of torch.cat's list): a
+    comparison, or a name bound to one, is an elementwise one."""
+    if isinstance(node, ast.Compare):
+        return _describe_compare(node, lookup, elementwise=True)
+    described = describe(node, lookup)
+    return described.if_tensor if isinstance(described.if_tensor, Value) else described
 
 
 def _record_field(node: ast.AST) -> bool:
@@ -989,7 +1014,10 @@ def _describe_receiver(node: ast.AST, method: str, lookup: Lookup) -> Value:
     `(self.beam_arange >= n).transpose(0, 1)` is a bool tensor, whatever `self.beam_arange`)."""
     if isinstance(node, ast.Compare) and method in _ARRAY_METHODS:
         return _describe_compare(node, lookup, elementwise=True)
-    return describe(node, lookup)
+    described = describe(node, lookup)
+    if method in _ARRAY_METHODS and isinstance(described.if_tensor, Value):
+        return described.if_tensor  # `timeline_mask.unsqueeze(1)`: a tensor after all
+    return described
 
 
 def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
@@ -1022,7 +1050,7 @@ def _stripped(node: ast.AST) -> ast.AST:
         if isinstance(node, ast.Subscript):
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                node.func.attr in _KEEPS_VALUES | {"to", "type_as"}):
+                node.func.attr in KEEPS_VALUES | {"to", "type_as"}):
             node = node.func.value
         else:
             return node
@@ -1185,7 +1213,7 @@ def _batch_by_sequence(left: ast.AST, right: ast.AST) -> str | None:
                     node.slice.elts) > 2:
                 return None
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                    node.func.attr in _KEEPS_VALUES | _TRANSPOSES | {"permute", "movedim"}
+                    node.func.attr in KEEPS_VALUES | _TRANSPOSES | {"permute", "movedim"}
                     and node.func.attr not in _KEEPS_LAYOUT):
                 return None
     return "BS"
@@ -1269,6 +1297,12 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
     if isinstance(node.op, ast.BitOr) and (left.hides_above or right.hides_above) and (
             left.dtype in {"bool", None} and right.dtype in {"bool", None}):
         return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
+    if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        # a bool tensor and a comparison that may be a Python bool: a bool tensor either way
+        if left.dtype == "bool" and isinstance(right.if_tensor, Value):
+            right = right.if_tensor
+        elif right.dtype == "bool" and isinstance(left.if_tensor, Value):
+            left = left.if_tensor
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
             (left.dtype == "bool" and (right.dtype == "bool" or _a_comparison(node.right)))
             or (right.dtype == "bool" and _a_comparison(node.left))):
@@ -1374,7 +1408,7 @@ def _a_comparison(node: ast.AST) -> bool:
         if isinstance(node, ast.Subscript):
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                node.func.attr in _KEEPS_VALUES):
+                node.func.attr in KEEPS_VALUES):
             node = node.func.value
         else:
             break
@@ -1398,6 +1432,9 @@ ATTENTION_CLASSES = frozenset({
 
 # torch's function forms of `*` and `&` (`torch.mul(a, b)`, `a.logical_and(b)`).
 _MASK_PRODUCTS = frozenset({"mul", "logical_and", "bitwise_and"})
+# torch functions whose result is a bool tensor of the input's shape (FT-Transformer's
+# `torch.isnan(x_num)` missing-value mask).
+_BOOL_TESTS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "isreal", "isin"})
 
 
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
@@ -1467,7 +1504,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             if isinstance(maybe, Value) and maybe.maybe_half:
                 return Value(maybe_half=True)  # a helper returning torch.bfloat16 or None
         return _applied_to_last_position(call, name, lookup)
-    if name not in _KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
+    if name not in KEEPS_VALUES and _applied_to_last_position(call, name, lookup):
         return Value(last_position=True)
     by_super = isinstance(base_node, ast.Call) and isinstance(base_node.func, ast.Name) and (
         base_node.func.id == "super") and not base_node.args
@@ -1493,7 +1530,11 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if helper.returns_bool:
             return Value(dtype="bool")
     base = _describe_receiver(base_node, name, lookup)
-    return _describe_method(call, name, base, lookup)
+    described = _describe_method(call, name, base, lookup)
+    if name in _FLOAT_CASTS and ((described.float01 and not base.float01) or (
+            described.cast01 and not base.cast01)):
+        described = replace(described, floated_at=site(call))  # where the fix for MC508 goes
+    return described
 
 
 _inlining = [0]  # how many helper calls deep the current description is
@@ -1578,6 +1619,8 @@ def _describe_factory(
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES,
                      positions=name == "arange", maybe_half=dtype_kw is None and _dtype_named(
                          kwarg(call, "dtype")), never_half=name == "arange" and no_dtype)
+    if name == "eye":  # (an identity matrix: float32 without a dtype)
+        return Value(dtype=dtype_kw or ("fp32" if no_dtype else None))
     if name == "tensor" and call.args and _int_literal(call.args[0]):
         return Value(dtype=dtype_kw or "int", zero_one=_zero_one_literal(call.args[0]))
     if name == "tensor" and call.args and _zero_one_literal(call.args[0]):
@@ -1629,6 +1672,11 @@ def _describe_factory(
         # written into that dtype): the result has that dtype.
         joined = argument(call, 0, "tensors" if name != "pad_sequence" else "sequences")
         dtype = describe(joined, lookup).elements if joined is not None else None
+        if dtype is None and isinstance(joined, (ast.List, ast.Tuple)) and joined.elts and all(
+                _as_tensor(e, lookup).dtype == "bool" for e in joined.elts):
+            # `torch.cat([torch.isnan(x_num), x_cat < 0], dim=1)`: only tensors are joined, so
+            # a comparison among them is an elementwise one
+            dtype = "bool"
         return Value(dtype=dtype) if dtype is not None else UNKNOWN
     if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
         # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
@@ -1660,6 +1708,8 @@ def _describe_factory(
         tri = _COMPLEMENT.get(base.tri or "") if name == "logical_not" else None
         hides = name == "logical_or" and any(describe(a, lookup).hides_above for a in call.args)
         return Value(dtype="bool", tri=tri, hides_above=hides, tri_at=_tri_site(tri, call))
+    if name in _BOOL_TESTS and call.args:
+        return Value(dtype="bool")  # `torch.isnan(x)`: a bool tensor whatever x holds
     if name in {"finfo", "iinfo"}:
         return Value(api="finfo")
     if name in _AUTOCAST_LOWERED:
@@ -1820,12 +1870,14 @@ def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast
     if len(masks) != 1 or len(masks) == len(described):
         return None
     (mask,) = masks
-    if not (mask.hf_keep or mask.pad_keep or mask.keep_mask) or mask.hf_keep_inverted:
+    if not (mask.hf_keep or mask.pad_keep or mask.keep_mask or mask.collated) or (
+            mask.hf_keep_inverted):
         return None
     along = number(dim, lookup) if dim is not None else None
     layout = mask.layout if mask.layout == "BS" and along in {1, -1} else None
+    # (a collated batch's mask joined to `mask.new_ones(...)` stays that int64 mask: MC518)
     return Value(dtype=mask.dtype, hf_keep=mask.hf_keep, pad_keep=mask.pad_keep,
-                 keep_mask=mask.keep_mask, layout=layout)
+                 keep_mask=mask.keep_mask, collated=mask.collated, layout=layout)
 
 
 def _projects_cache(call: ast.Call, lookup: Lookup) -> bool:
@@ -1922,7 +1974,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         # patch, still True where the mask's own convention says (kept, or padding)
         return Value(dtype="bool", hf_keep=base.hf_keep, hf_keep_inverted=base.hf_keep_inverted,
                      pad_keep=base.pad_keep, keep_mask=base.keep_mask)
-    if name in _KEEPS_VALUES:
+    if name in KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
             base.layout, call) if name == "unsqueeze" else None

@@ -176,8 +176,24 @@ class Encoder(nn.Module):
 '''
 
 
+def _line_of(source: str, text: str) -> int:
+    return next(n for n, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+# The same helper also given the padding mask by another call: the keep-mask call is the one
+# that passes the wrong mask.
+MIXED_CALLS = METHOD_BELOW.replace("        return self._attend(x, keep)\n",
+                                   "        x = self._attend(x, ~keep)\n"
+                                   "        return self._attend(x, keep)\n")
+
+
 def test_a_method_below_its_caller_is_checked_at_the_call(found: Found) -> None:
-    assert found(METHOD_BELOW) == [(8, "MC519")]
+    assert found(MIXED_CALLS) == [(9, "MC519")]
+
+
+def test_a_method_every_call_gives_a_keep_mask_is_reported_at_its_fill(found: Found) -> None:
+    # the helper reads its one kind of mask the wrong way round: the fix goes in the helper
+    assert found(METHOD_BELOW) == [(12, "MC519")]
 
 
 def test_the_method_below_given_the_padding_mask_is_silent(found: Found) -> None:
@@ -188,7 +204,11 @@ def test_the_method_above_its_caller_gives_the_same_finding(found: Found) -> Non
     head, rest = METHOD_BELOW.split("    def forward", 1)
     forward, attend = rest.split("    def _attend", 1)
     above = head + "    def _attend" + attend + "\n    def forward" + forward.rstrip() + "\n"
-    assert found(above) == [(13, "MC519")]
+    assert found(above) == [(_line_of(above, "masked_fill"), "MC519")]
+    head, rest = MIXED_CALLS.split("    def forward", 1)
+    forward, attend = rest.split("    def _attend", 1)
+    above = head + "    def _attend" + attend + "\n    def forward" + forward.rstrip() + "\n"
+    assert found(above) == [(_line_of(above, "self._attend(x, keep)"), "MC519")]
 
 
 # Two levels of **kwargs (a decoder layer hands its own on to its attention), fed a dict of
@@ -253,7 +273,10 @@ def attend(x, mask):
 
 
 def test_a_function_below_its_caller_is_checked_at_the_call(found: Found) -> None:
-    assert found(FUNCTION_BELOW) == [(8, "MC519")]
+    mixed = FUNCTION_BELOW.replace("        return attend(x, keep)\n",
+                                   "        x = attend(x, ~keep)\n        return attend(x, keep)\n")
+    assert found(mixed) == [(9, "MC519")]
+    assert found(FUNCTION_BELOW) == [(13, "MC519")]  # every call a keep-mask: at the fill
 
 
 def test_the_function_below_given_the_padding_mask_is_silent(found: Found) -> None:

@@ -204,6 +204,14 @@ def test_a_use_reported_by_its_name_is_not_reported_again_at_the_calls(found: Fo
     fixed = PAST_KV.replace("attention_mask[:, None, None, :].bool()",
                             "attention_mask[:, None, None, :] == 0")
     assert found(fixed) == []
-    # a parameter not named as a keep-mask: the calls that pass one are the findings
+    # a parameter named for padding: the calls that pass a keep-mask are the findings
     renamed = PAST_KV.replace("attention_mask", "pad")
     assert found(renamed) == [(30, "MC519"), (31, "MC519")]
+    # a parameter named for neither, which every call gives a keep-mask: one finding, at the
+    # fill (the helper reads its one kind of mask the wrong way round)
+    neutral = PAST_KV.replace("attention_mask", "bits")
+    assert found(neutral) == [(7, "MC519")]
+    # ... and where another call gives it a padding mask, the calls that pass a keep-mask
+    mixed = neutral.replace("    model(scores, mask)\n",
+                            "    model(scores, mask)\n    model(scores, mask == 0)\n")
+    assert found(mixed) == [(30, "MC519"), (31, "MC519")]

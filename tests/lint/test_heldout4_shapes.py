@@ -238,7 +238,8 @@ class Classifier(nn.Module):
 
 
 def test_a_keep_mask_passed_by_keyword_as_a_fill_condition_is_found(found: Found) -> None:
-    assert found(KEYWORD_MASK) == [(21, "MC519")]
+    # the only call passes a keep-mask: reported at the fill that reads it as True = masked
+    assert found(KEYWORD_MASK) == [(9, "MC519")]
 
 
 def test_the_padding_mask_passed_by_keyword_is_silent(found: Found) -> None:
@@ -532,9 +533,10 @@ class Model(nn.Module, MaskMixin):
 
 
 def test_masks_returned_by_methods_and_misused_by_layers_are_found(found: Found) -> None:
-    # each mask reaches the layer from one call: reported where the layer adds the 0/1 mask
-    # and where it multiplies by the additive one
-    assert found(MASKS_FROM_METHODS) == [(17, "MC508"), (18, "MC523")]
+    # each mask reaches the layer from one call: the 0/1 mask reported at the cast that made
+    # it float (the layer adds it out of its sight), the additive one where the layer
+    # multiplies by it
+    assert found(MASKS_FROM_METHODS) == [(7, "MC508"), (18, "MC523")]
     added = MASKS_FROM_METHODS.replace("        return extended\n",
                                        "        return (1.0 - extended) * -10000.0\n")
     assert found(added, "b.py") == [(18, "MC523")]
