@@ -4115,9 +4115,11 @@ class Linter:
                 # a triangle made elsewhere and read back through an attribute or a property
                 # (Informer's `TriangularCausalMask(B, L).mask`): reported where it is made
                 made = self._call_at(facts.tri_at, "triu")
-                if made is not None:
-                    self._triu_hit(made, argument(made, 1, "diagonal") if is_module_call(
-                        made) else argument(made, 0, "diagonal"))
+                diagonal = None if made is None else argument(made, 1, "diagonal") if (
+                    is_module_call(made)) else argument(made, 0, "diagonal")
+                if made is not None and (diagonal is None or number(diagonal) == 0):
+                    # (only a diagonal that is 0: `triu(offset + qk_len_diff)` may be anything)
+                    self._triu_hit(made, diagonal)
                     return
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
