@@ -697,7 +697,7 @@ class _Checkpoint(NamedTuple):
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
             "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told",
-            "_casts_told")
+            "_casts_told", "_dispatches")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
@@ -875,6 +875,10 @@ class Linter:
         # Casts to a float 0/1 mask reported at a direct use in their sight (see
         # `_reported_at_cast`): a hand-over of the same mask is then reported at its call.
         self._casts_told: set[tuple[int, int, int]] = set()
+        # Whether a value of this walk holds definitions picked at run time (`element_defs`:
+        # a registry's classes, a ModuleDict's, a function table's): only then can a call of a
+        # plain name or attribute be a call of several (a shortcut, see `_callee_keys`).
+        self._dispatches = False
         # Whether the file itself speaks of float16 (see `_large_negative`); read on first use.
         self._file_float16: bool | None = None
         # First walk of a module (see `rerun`): the state before each top-level statement and
@@ -1479,13 +1483,27 @@ class Linter:
         for key in keys:
             self.calls.setdefault(key, []).append(passed)
 
+    # Two shortcuts, each provably result-preserving (`tests/lint/test_shortcuts.py` compares
+    # every file of the recall corpus with them switched off):
+    def _may_dispatch(self) -> bool:
+        """Whether a value of this walk may hold definitions picked at run time
+        (`Value.element_defs`): only `_dispatch_facts`, a function table and declared methods
+        make them."""
+        return self._dispatches
+
+    def _may_hide_diagonal(self) -> bool:
+        """Whether the file may hold a True triangle on and above the diagonal
+        (`Value.hides_above`): only a `triu` makes one."""
+        return "triu" in self.source
+
     def _callee_keys(self, call: ast.Call) -> tuple[tuple[str, str], ...]:
         """`_callee_key`, or for `ATTENTION_FUNCTIONS[backend](...)` / `self.attn[impl](...)`
         each definition the container holds."""
         if isinstance(call.func, ast.Subscript):
             return self.value(call.func.value).element_defs
         key = self._callee_key(call)
-        if key is None and isinstance(call.func, (ast.Name, ast.Attribute)):
+        if key is None and self._may_dispatch() and isinstance(call.func, (
+                ast.Name, ast.Attribute)):
             # an instance of a class picked from a registry: a call of each class's forward
             return self.value(call.func).element_defs
         return (key,) if key is not None else ()
@@ -2192,7 +2210,8 @@ class Linter:
         if type(parent) is ast.Expr and "MC525" in self.enabled and not (
                 self.displays and self._at_top_level(parent)):
             self._discarded_result(call, name)
-        if self.scope.bool_triu or self._class_triu or name in _FILLS_BY_CONDITION:
+        if self.scope.bool_triu or self._class_triu or (
+                name in _FILLS_BY_CONDITION and self._may_hide_diagonal()):
             self._bool_triu_use(call)
         self._zero_mask_call(call, name)
         self._note_mutations(call, name)
@@ -2212,6 +2231,8 @@ class Linter:
         if methods:
             self._declared_methods = methods
             self._roles_known = True
+            self._dispatches = self._dispatches or any(
+                value.element_defs for values in methods.values() for value in values.values())
         if functions:
             for name, roles in functions.items():
                 self.scopes[0].values[name] = Value(param_roles=roles)
@@ -2378,6 +2399,7 @@ class Linter:
                 for role in self.lookup(function).param_roles:
                     joined_roles.setdefault((role.position, role.role), role)
             if joined_roles:
+                self._dispatches = True
                 facts = replace(facts, element_roles=tuple(joined_roles.values()), element_defs=(
                     tuple(("", f) for f in functions if f in self._local_defs)))
         elif elements is None and (classes := _dispatch_classes(value)):
@@ -2402,6 +2424,7 @@ class Linter:
         defs = tuple((name, "forward") for name in classes if name in self._local_defs)
         if not (joined or defs):
             return {}
+        self._dispatches = self._dispatches or bool(defs)
         return {roles_field: tuple(joined.values()), "element_defs": defs}
 
     def _registry_choice(self, value: ast.expr) -> tuple[str, ...]:
@@ -5265,13 +5288,13 @@ def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[st
     """Registries of this file's classes (the dict literals, by `id`), and the classes each
     holds: a dict literal of class names bound to a name (`BLOCKS = {"a": BlockA, "b":
     BlockB}`), items stored by a statement (`BLOCKS["c"] = BlockC`), and classes decorated with
-    a function of this file that stores its argument in one (`@register("divided")`, whose inner
-    `wrap(cls)` does `ATTENTION_TYPES[name] = cls`: TimeSformer's and fairseq's registries).
-    Statements at any depth count (a script's `main()` may hold them all)."""
+    a function of the module that stores its argument in one (`@register("divided")`, whose
+    inner `wrap(cls)` does `ATTENTION_TYPES[name] = cls`: TimeSformer's and fairseq's
+    registries). Statements at any depth count (a script's `main()` may hold them all)."""
     statements = _all_statements(tree)
     literals: dict[str, ast.Dict] = {}
     held: dict[str, list[str]] = {}
-    for statement in statements:
+    for statement, _ in statements:
         # `BLOCKS = {...}`, `BLOCKS: dict[str, type] = {...}`
         target = statement.targets[0] if isinstance(statement, ast.Assign) and len(
             statement.targets) == 1 else statement.target if isinstance(
@@ -5285,23 +5308,23 @@ def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[st
     if not held:
         return {}
     storing: dict[str, str] = {}  # a decorator function -> the registry it stores into
-    for statement in statements:
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
+    for statement, chain in statements:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
                 target := statement.targets[0], ast.Subscript) and isinstance(
                 target.value, ast.Name) and target.value.id in held and isinstance(
-                statement.value, ast.Name) and statement.value.id in classes:
-            held[target.value.id].append(statement.value.id)
-        elif isinstance(statement, ast.FunctionDef) and statement.name not in storing:
-            parameters = {a.arg for node in ast.walk(statement) if isinstance(
-                node, (ast.FunctionDef, ast.Lambda)) for a in node.args.args}
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                        target := node.targets[0], ast.Subscript) and isinstance(
-                        target.value, ast.Name) and target.value.id in held and isinstance(
-                        node.value, ast.Name) and node.value.id in parameters:
-                    storing[statement.name] = target.value.id
+                statement.value, ast.Name)):
+            continue
+        # `ATTENTION_TYPES[name] = cls` in `wrap(cls)` of `register(name)`: each function of
+        # the chain down to the one taking the stored name stores its argument
+        takes = [i for i, function in enumerate(chain) if statement.value.id in {
+            a.arg for a in function.args.args}]
+        if takes:
+            for function in chain[:takes[-1] + 1]:
+                storing[function.name] = target.value.id
+        elif statement.value.id in classes:
+            held[target.value.id].append(statement.value.id)  # `BLOCKS["c"] = BlockC`
     if storing:
-        for statement in statements:
+        for statement, _ in statements:
             if isinstance(statement, ast.ClassDef):
                 for decorator in statement.decorator_list:
                     func = decorator.func if isinstance(decorator, ast.Call) else decorator
@@ -5311,15 +5334,18 @@ def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[st
             if names}
 
 
-def _all_statements(tree: ast.AST) -> list[ast.stmt]:
-    """Every statement of the module, at any depth, in no particular order."""
-    found: list[ast.stmt] = []
-    pending: list[ast.AST] = [tree]
+def _all_statements(tree: ast.AST) -> list[tuple[ast.stmt, tuple[ast.FunctionDef, ...]]]:
+    """Every statement of the module, at any depth, in no particular order, with the functions
+    that hold it, outermost first."""
+    found: list[tuple[ast.stmt, tuple[ast.FunctionDef, ...]]] = []
+    pending: list[tuple[ast.AST, tuple[ast.FunctionDef, ...]]] = [(tree, ())]
     blocks_of = _BLOCK_FIELDS
     while pending:
-        node = pending.pop()
+        node, chain = pending.pop()
         if isinstance(node, ast.stmt):
-            found.append(node)
+            found.append((node, chain))
+            if isinstance(node, ast.FunctionDef):
+                chain = (*chain, node)
         kind = type(node)
         blocks = blocks_of.get(kind)
         if blocks is None:
@@ -5328,7 +5354,7 @@ def _all_statements(tree: ast.AST) -> list[ast.stmt]:
         for block_name in blocks:
             block = getattr(node, block_name, None)
             if isinstance(block, list):
-                pending.extend(block)
+                pending.extend((child, chain) for child in block)
     return found
 
 
