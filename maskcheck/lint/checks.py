@@ -820,6 +820,9 @@ class Linter:
         self._snapshots: dict[tuple[int, str], tuple[dict[str, Value], dict[str, _Product]]] = {}
         # The values the names an if/else joins held before the `if` (see `_enter_if`).
         self._before_if: dict[int, dict[str, Value | None]] = {}
+        # ... and the values the names only the body binds held after the body, given back
+        # after the else branch.
+        self._after_body: dict[int, dict[str, Value | None]] = {}
         # MC501 on a function's own parameter: kept only if a call in this file may pass a
         # non-float32 tensor (see `lint_tree`); and, in the pass that reads the calls, the
         # parameters asked about -> the dtypes the calls pass.
@@ -1290,14 +1293,19 @@ class Linter:
             _push_statements(stack, node.body, node)
             stack.append((_Exit("set", node), None))
         elif guard is None:
+            if joined and node.orelse:
+                # The else branch runs from the values before the `if`, not from the body's
+                # (`if mask is None: mask = <additive> elif mask.ndim == 2: mask = mask[:, None,
+                # None, :].to(dtype)` lifts the caller's mask; `if past is not None: k =
+                # torch.cat([past_k, k]) ... else: sdpa(q, k, v, is_causal=True)` reads the
+                # plain keys). After it, a name both branches bind is joined; a name only the
+                # body binds gets the body's value back ("restore"), as the code after the `if`
+                # read it before.
+                stack.append((_Exit("restore", node), None))
             _push_statements(stack, node.orelse, node)
-            both = [name for name in joined if _assigns_name(node.orelse, name)]
-            if both:
-                # A name both branches bind: the else branch runs from its value before the
-                # `if`, not from the body's (`if mask is None: mask = <additive> elif mask.ndim
-                # == 2: mask = mask[:, None, None, :].to(dtype)` lifts the caller's mask). A
-                # name only the body binds keeps the body's value, as before.
-                self._before_if[id(node)] = {name: self.scope.values.get(name) for name in both}
+            if joined and node.orelse:
+                self._before_if[id(node)] = {
+                    name: self.scope.values.get(name) for name in joined}
                 stack.append((_Exit("rewind", node), None))
             _push_statements(stack, node.body, node)
         else:
@@ -1780,11 +1788,23 @@ class Linter:
             self._join_branches(marker.node)
             return
         if marker.what == "rewind":
+            assert isinstance(marker.node, ast.If)
+            body_only = {name for name in self._before_if[id(marker.node)]
+                         if not _assigns_name(marker.node.orelse, name)}
+            self._after_body[id(marker.node)] = {
+                name: self.scope.values.get(name) for name in body_only}
             for name, before in self._before_if.pop(id(marker.node)).items():
                 if before is None:
                     self.scope.values.pop(name, None)
                 else:
                     self.scope.values[name] = before
+            return
+        if marker.what == "restore":
+            for name, after in self._after_body.pop(id(marker.node), {}).items():
+                if after is None:
+                    self.scope.values.pop(name, None)
+                else:
+                    self.scope.values[name] = after
             return
         if marker.what == "narrow":
             self._narrow(marker.node)
@@ -4469,7 +4489,7 @@ class Linter:
         # `is_causal=self.causal if attention_mask is None else False`: True on one path
         causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
             is_true(branch) or self.value(branch).flag is True
-            for branch in (causal.body, causal.orelse)))
+            for branch in (causal.body, causal.orelse))) or _more_than_one_query(causal)
         query = argument(call, 0, "query")
         if causal is not None and causal_may and key is not None and self.value(key).cached and (
                 not self._cache_gated(call, key)) and not self._no_cached_prefix(call, query, key):
@@ -6339,6 +6359,22 @@ def _flattened_2d(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
         node.func.attr in {"view", "reshape"}) and len(node.args) == 2 and not node.keywords and (
         number(node.args[1]) == -1.0)
+
+
+def _more_than_one_query(flag: ast.expr | None) -> bool:
+    """`is_causal=T > 1`, `is_causal=q.shape[2] > 1` (Whisper's and many decoders' flag): True
+    for every step that feeds more than one new token, however many the cache holds (a prompt
+    after a prefix, a speculative draft). Not where it is AND-ed with a test that the mask is
+    None (Hugging Face's `attention_mask is None and q_len > 1`): with a cache a mask is passed."""
+    tests = flag.values if isinstance(flag, ast.BoolOp) and isinstance(flag.op, ast.And) else [
+        flag]
+    if any(isinstance(t, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq))
+           and is_none(c) for op, c in zip(t.ops, t.comparators, strict=True)) for t in tests):
+        return False
+    return any(isinstance(t, ast.Compare) and len(t.ops) == 1 and (
+        (isinstance(t.ops[0], ast.Gt) and number(t.comparators[0]) == 1.0)
+        or (isinstance(t.ops[0], ast.GtE) and number(t.comparators[0]) == 2.0)
+        or (isinstance(t.ops[0], ast.NotEq) and number(t.comparators[0]) == 1.0)) for t in tests)
 
 
 def _module_called(func: ast.expr) -> ast.expr:

@@ -1385,6 +1385,10 @@ def _outer_product(left: ast.AST, right: ast.AST) -> bool:
     on the last-but-one axis whatever the other is (`pair & keep.unsqueeze(-1)`, `m[..., None]`),
     which empties the rows where it is 0 as well."""
     for q_node, k_node in ((left, right), (right, left)):
+        q_axes, k_axes = _index_axes(q_node), _index_axes(k_node)
+        if q_axes and k_axes and len(q_axes) == len(k_axes) and q_axes[-2:] == ":N" and (
+                k_axes[-2:] == "N:") and q_axes[:-2] == k_axes[:-2]:
+            return True  # `m[:, None, :, None] & m[:, None, None, :]` (DistilBERT-style 4-D)
         q, k = _expansion(q_node), _expansion(k_node)
         if q is not None and q[:2] == ("end", -1) and number(k_node) is None:
             return True
@@ -1399,6 +1403,23 @@ def _outer_product(left: ast.AST, right: ast.AST) -> bool:
                 q[2] == 0 and isinstance(q_node, ast.Call))):
             return True
     return False
+
+
+def _index_axes(node: ast.AST) -> str:
+    """`m[:, None, :, None]` -> ":N:N": an index of full slices and Nones, one letter a part;
+    "" for anything else."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)):
+        return ""
+    axes = ""
+    for part in node.slice.elts:
+        if is_none(part):
+            axes += "N"
+        elif isinstance(part, ast.Slice) and part.lower is None and part.upper is None and (
+                part.step is None):
+            axes += ":"
+        else:
+            return ""
+    return axes
 
 
 def _a_comparison(node: ast.AST) -> bool:

@@ -189,7 +189,7 @@ def test_every_linter_attribute_is_classified() -> None:
                 "entered"}
     # keyed by an `if` or statement node, set and read within it
     within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots",
-              "_neutral_defaults", "_before_if"}
+              "_neutral_defaults", "_before_if", "_after_body"}
     source = (FIXTURES / "MC506_causal_with_mask.py").read_text()
     linter = Linter(SOURCE_CODES, source, "a.py")
     linter.record_calls = True
