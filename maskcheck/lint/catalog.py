@@ -124,7 +124,11 @@ CAUSAL_FLAG_WITH_CACHE = register(RuleInfo(
     "Keys count as cached when concatenated with a cache, returned by `cache.update(...)`, "
     "read from a static cache up to the new tokens (`self.cache_k[:b, : start + n]`), or "
     "concatenated after a recurrent memory (Transformer-XL's `mems`, memory tokens: "
-    "`torch.cat([mem_k, k])`, or keys projected from the memory by a layer of the module).",
+    "`torch.cat([mem_k, k])`, or keys projected from the memory by a layer of the module). "
+    "A flag true for every step with more than one new token (`is_causal=T > 1`, Whisper's "
+    "`q.shape[2] > 1`) counts too: a prompt after a prefix or a speculative draft meets the "
+    "cache with several queries; Hugging Face's `attention_mask is None and q_len > 1` does "
+    "not (a cache comes with a mask there).",
     "k = torch.cat([past_k, k], dim=2)\n"
     "v = torch.cat([past_v, v], dim=2)\n"
     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
