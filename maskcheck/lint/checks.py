@@ -3873,7 +3873,7 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         facts = self.value(node)
-        if (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted:
+        if _keeps(facts):
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
                         f"but {where} means True = padding: invert it (`== 0`)")
             return
@@ -5097,7 +5097,7 @@ class Linter:
                             "module as key_padding_mask (True = padding): invert it here too")
                 return
             facts = self.value(arg)
-            if not (facts.hf_keep or facts.pad_keep or facts.keep_mask) or facts.hf_keep_inverted:
+            if not _keeps(facts):
                 continue
             behind = self._parameter_behind(arg)
             if behind is not None and behind[0] == entry.param:
@@ -5354,9 +5354,10 @@ def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[st
             if names}
 
 
-def _all_statements(tree: ast.AST) -> list[tuple[ast.stmt, tuple[ast.FunctionDef, ...]]]:
+def _all_statements(tree: ast.AST, chains: bool = True
+                    ) -> list[tuple[ast.stmt, tuple[ast.FunctionDef, ...]]]:
     """Every statement of the module, at any depth, in no particular order, with the functions
-    that hold it, outermost first."""
+    that hold it, outermost first (left empty without `chains`)."""
     found: list[tuple[ast.stmt, tuple[ast.FunctionDef, ...]]] = []
     pending: list[tuple[ast.AST, tuple[ast.FunctionDef, ...]]] = [(tree, ())]
     blocks_of = _BLOCK_FIELDS
@@ -5364,14 +5365,14 @@ def _all_statements(tree: ast.AST) -> list[tuple[ast.stmt, tuple[ast.FunctionDef
         node, chain = pending.pop()
         if isinstance(node, ast.stmt):
             found.append((node, chain))
-            if isinstance(node, ast.FunctionDef):
+            if chains and isinstance(node, ast.FunctionDef):
                 chain = (*chain, node)
         kind = type(node)
         blocks = blocks_of.get(kind)
         if blocks is None:
             blocks = blocks_of[kind] = tuple(
                 f for f in _BLOCK_NAMES if f in getattr(kind, "_fields", ()))
-        for block_name in blocks:
+        for block_name in blocks:  # most statements have none
             block = getattr(node, block_name, None)
             if isinstance(block, list):
                 pending.extend((child, chain) for child in block)
@@ -5596,23 +5597,11 @@ def _defined_names(tree: ast.AST) -> tuple[set[str], set[str]]:
     expressions (the same set as `ast.walk` finds, for a fraction of the nodes)."""
     names: set[str] = set()
     classes: set[str] = set()
-    pending: list[ast.AST] = [tree]
-    blocks_of = _BLOCK_FIELDS
-    while pending:
-        node = pending.pop()
+    for node, _ in _all_statements(tree, chains=False):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
                 classes.add(node.name)
-        kind = type(node)
-        blocks = blocks_of.get(kind)
-        if blocks is None:
-            blocks = blocks_of[kind] = tuple(
-                f for f in _BLOCK_NAMES if f in getattr(kind, "_fields", ()))
-        for block_name in blocks:  # most statements have none
-            block = getattr(node, block_name, None)
-            if isinstance(block, list):
-                pending.extend(block)
     return names, classes
 
 
