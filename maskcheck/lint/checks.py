@@ -1585,7 +1585,9 @@ class Linter:
                 _ranges_only(node.slice)):
             attr, node = _SLICED, node.value
         if isinstance(node, ast.Name):
-            scope = self._binding_function(node.id)
+            # (a lambda's or nested function's free name is its maker's parameter:
+            # `lambda x: self.attention(x, mask=mask)`)
+            scope = self._binding_scope(node.id)
         if not (isinstance(node, ast.Name) and scope.kind == "function" and scope.key
                 and node.id not in scope.assigned):
             return None
@@ -1596,17 +1598,6 @@ class Linter:
         if node.id in last.positional or node.id in last.keyword_only:
             return (scope.key[0], scope.key[1], node.id, attr)
         return None
-
-    def _binding_function(self, name: str) -> _Scope:
-        """The function scope whose `name` a closure reads: this one, or for a name a lambda
-        or a nested function leaves free (`lambda x: self.attention(x, mask=mask)`), the
-        nearest enclosing function that binds it."""
-        for scope in reversed(self.scopes):
-            if scope.kind != "function":
-                break
-            if name in scope.values or name in scope.assigned or name in scope.params:
-                return scope
-        return self.scope
 
     def _seeded_parameters(self) -> dict[tuple[str, str], dict[str, Value]]:
         """After the first walk: each parameter's facts where every call of this file passes
@@ -3573,7 +3564,7 @@ class Linter:
             return False
         if not isinstance(inner, ast.Name) or not inner.id.endswith("key_padding_mask"):
             return False
-        scope = self._binding_function(inner.id)
+        scope = self._binding_scope(inner.id)
         return scope.kind == "function" and inner.id in scope.params and (
             inner.id not in scope.assigned)
 
