@@ -12,7 +12,7 @@ import ast
 import bisect
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -478,6 +478,46 @@ def _is_transposed(call: ast.Call, parent: ast.AST | None) -> bool:
 
 # A seeded parameter known only to be bool (see `_is_untouched`).
 _BOOL_ONLY = Value(dtype="bool")
+_INT_ONLY = Value(dtype="int")
+
+
+def _attributes_written_outside(tree: ast.AST | None) -> frozenset[str]:
+    """See `Linter._outside_writes`."""
+    names: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            written = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in _INPLACE_WRITES):
+            written = [node.func.value]
+        else:
+            continue
+        for base in written:
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Attribute) and not (
+                    isinstance(base.value, ast.Name) and base.value.id == "self"):
+                names.add(base.attr)  # (`self.router.available[i] = ...` is another object's)
+    return frozenset(names)
+
+
+# In-place writes of a tensor's values (what `_attributes_written_outside` reads).
+_INPLACE_WRITES = frozenset({"fill_", "masked_fill_", "copy_", "zero_", "index_fill_",
+                             "scatter_", "index_put_"})
+
+
+def _tokenizer_pair(names: Iterable[str], param: str, known: Value | None) -> Value | None:
+    """`forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token (or
+    Hugging Face's `inputs_embeds` in place of the ids, Decision Transformer's), for a mask
+    parameter known no better than as a tensor; every call passing an int tensor (a
+    collator's `torch.zeros(..., dtype=torch.long)`) says the same. None otherwise."""
+    names = tuple(names)
+    if param != "attention_mask" or param not in names or not any(
+            token_ids_name(n) or n == "inputs_embeds" for n in names) or (
+            known not in (*PARAMETER_VALUES, _INT_ONLY)):
+        return None
+    return Value(hf_keep=True, dtype="int" if known == _INT_ONLY else None)
 
 
 def _is_hf_mask_name(name: str) -> bool:
@@ -702,7 +742,8 @@ _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
-           "_file_float16", "_declared_methods", "_file_casts_half", "_registries")
+           "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
+           "_written_outside")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -803,6 +844,7 @@ class Linter:
         self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
+        self._written_outside: frozenset[str] | None = None  # see `_outside_writes`
         self._local_classes: set[str] = set()  # the classes among them
         # Names of the functions of this file (no import binds them): a bare call of one is
         # that function, not the torch API of the same name (TinyTorch's own
@@ -937,10 +979,22 @@ class Linter:
         key = prefix + attr
         for scope in reversed(self.scopes):
             if key in scope.values:
-                return scope.values[key]
+                found = scope.values[key]
+                if (found.all_ones or found.zeros) and attr in self._outside_writes():
+                    # `router.expert_available[ids] = False` from outside the class: the
+                    # buffer made of ones (zeros) holds other values once that runs
+                    return replace(found, all_ones=False, zeros=False)
+                return found
             if scope.kind == "class":
                 return UNKNOWN
         return UNKNOWN
+
+    def _outside_writes(self) -> frozenset[str]:
+        """The attribute names the file writes in place through another object than `self`
+        (`layer.router.expert_available[ids] = False`, `model.mask.fill_(0)`)."""
+        if self._written_outside is None:
+            self._written_outside = _attributes_written_outside(self._tree)
+        return self._written_outside
 
     def value(self, node: ast.AST) -> Value:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -1408,12 +1462,8 @@ class Linter:
         if not isinstance(node, ast.Lambda):
             self._enter_signature(node, scope, args, defaults)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-        if "attention_mask" in names and any(
-                token_ids_name(n) or n == "inputs_embeds" for n in names) and (
-                scope.values.get("attention_mask") in PARAMETER_VALUES):
-            # `forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token
-            # (or Hugging Face's `inputs_embeds` in place of the ids, Decision Transformer's)
-            scope.values["attention_mask"] = Value(hf_keep=True)
+        if paired := _tokenizer_pair(names, "attention_mask", scope.values.get("attention_mask")):
+            scope.values["attention_mask"] = paired
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -1691,7 +1741,9 @@ class Linter:
                 if not joined:
                     break
             visiting.discard(ref)
-            memo[ref] = result = joined or UNKNOWN
+            result = joined or UNKNOWN
+            memo[ref] = result = _tokenizer_pair(
+                (*sig.positional, *sig.keyword_only), param, result) or result
             return result
 
         # Flags and cached keys are read only by is_causal (MC506/MC510): not worth a second
@@ -2780,6 +2832,35 @@ class Linter:
                             "but it is combined with a keep-mask (True = real token): every "
                             "query keeps the future; use tril (or `triu(..., 1) == 0`)")
                 return
+        for padding, tri, padding_node, tri_node in (
+                (left, right, node.left, node.right), (right, left, node.right, node.left)):
+            if padding.hf_keep_inverted and not padding.hf_keep and (
+                    tri.dtype == "bool" and tri.tri in {"lower", "slower"}):
+                # `causal_keep & (attention_mask == 0)`: True only at past padding, which
+                # neither convention means; the fix is the comparison, so it is reported there
+                shown, triangle = self._text(padding_node), self._text(tri_node)
+                self.report("MC511", self._bound_expression(padding_node), f"{shown} is True "
+                            f"at padding, but it is AND-ed with {triangle}, a keep triangle "
+                            "(True = may attend): the result is True only at padded past keys; "
+                            "compare with `!= 0` (True = real token)")
+                return
+
+    def _bound_expression(self, node: ast.AST) -> ast.AST:
+        """The expression a name read here was last bound to by a plain assignment above it in
+        this function (`key_mask = attention_mask[:, None, None, :] == 0`), else `node`."""
+        scope = self.scope.node
+        if not isinstance(node, ast.Name) or scope is None or self.scope.kind != "function":
+            return node
+        bound: ast.AST = node
+        for stmt in ast.walk(scope):
+            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or (
+                    stmt.lineno >= node.lineno):
+                continue
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == node.id for t in targets) and (
+                    bound is node or stmt.lineno > getattr(bound, "lineno", 0)):
+                bound = stmt.value
+        return bound
 
     def _is_bool(self, node: ast.AST) -> bool:
         """A comparison, `~x` or a value known to be bool."""
