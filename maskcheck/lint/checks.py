@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
-from maskcheck.conventions import KEEP_WORDS, NOT_A_MASK_WORDS, name_hint
+from maskcheck.conventions import KEEP_WORDS, NOT_A_MASK_WORDS, declares_keep, name_hint
 from maskcheck.lint.inline import template as inline_template
 from maskcheck.lint.project import FLOAT16_WORDS, casts_half, mentions_float16
 from maskcheck.lint.values import (
@@ -845,7 +845,7 @@ class Linter:
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
         self._written_outside: frozenset[str] | None = None  # see `_outside_writes`
-        self._local_classes: set[str] = set()  # the classes among them
+        self._local_classes: dict[str, _ClassShape] = {}  # the classes among them
         # Names of the functions of this file (no import binds them): a bare call of one is
         # that function, not the torch API of the same name (TinyTorch's own
         # `scaled_dot_product_attention(Q, K, V, mask)` takes a 1/0 keep mask).
@@ -1606,7 +1606,7 @@ class Linter:
                 if module in self._local_defs:
                     key = (module or "", "forward")  # `self.block(...)`
                 elif cls is not None and func.attr in self._local_defs:
-                    key = (cls.name, func.attr)
+                    key = (_method_owner(self._local_classes, cls.name, func.attr), func.attr)
             elif func.value.id in self._local_defs and func.attr in self._local_defs:
                 key = (func.value.id, func.attr)  # `Builders.causal(n)`
         return key
@@ -3628,7 +3628,16 @@ class Linter:
     def _key_padding_on_query_axis(self, node: ast.AST) -> bool:
         """`key_padding_mask.unsqueeze(1).unsqueeze(3)` / `key_padding_mask[:, None, :, None]`
         of this function's own `key_padding_mask` parameter, untouched: (batch, seq) by the
-        name's own convention (nn.MultiheadAttention's (N, S)), laid out as (B, 1, S, 1)."""
+        name's own convention (nn.MultiheadAttention's (N, S)), laid out as (B, 1, S, 1). So
+        too any mask parameter of the function laid out so, inverted or not
+        (`~bin_mask[:, None, :, None]`): two indexed axes make it (batch, seq), a mask per
+        token, and a fill of whole query rows before softmax hides nothing (a row filled
+        everywhere is as uniform as one filled nowhere)."""
+        while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+            node = node.operand
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(
+                node.ops[0], (ast.Eq, ast.NotEq)) and number(node.comparators[0]) in {0, 1}:
+            node = node.left  # `bin_mask[:, None, :, None] == 0`
         axes: list[str] = []
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                 node.func.attr == "unsqueeze") and len(node.args) == 1 and not node.keywords:
@@ -3643,11 +3652,27 @@ class Linter:
             inner = node.value
         else:
             return False
-        if not isinstance(inner, ast.Name) or not inner.id.endswith("key_padding_mask"):
+        if not isinstance(inner, ast.Name) or not (inner.id.endswith("key_padding_mask") or (
+                "mask" in inner.id.lower() and self._softmax_over_last_axis())):
             return False
         scope = self._binding_scope(inner.id)
         return scope.kind == "function" and inner.id in scope.params and (
             inner.id not in scope.assigned)
+
+    def _softmax_over_last_axis(self) -> bool:
+        """Whether every softmax this function takes runs over the last axis (`dim=-1`, or 3
+        of (B, H, L, S) scores), and it takes one: only then is the third axis the queries'
+        (scores laid out keys first are softmaxed over `dim=-2`)."""
+        node = self.scope.node
+        if self.scope.kind != "function" or node is None:
+            return False
+        dims: set[float | None] = set()
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and call_name(call) in {"softmax", "log_softmax"}:
+                method = receiver(call) is not None and not is_module_call(call)
+                dim = argument(call, 0 if method else 1, "dim")
+                dims.add(number(dim) if dim is not None else None)
+        return bool(dims) and dims <= {-1, 3}
 
     def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
         """MC514: a (batch, sequence) padding mask laid out as (B, 1, L, 1) hides query rows.
@@ -3945,6 +3970,12 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         facts = self.value(node)
+        if facts.keep_mask and not (facts.hf_keep or facts.pad_keep) and isinstance(
+                node, ast.Name) and declares_keep(node.id):
+            # the name alone says keep (`key_padding_mask=available`): MC502's names
+            self.report("MC502", node, f"{node.id} is named as a keep-mask (True = kept) but "
+                        f"{where} means True = padding: invert it (`~{node.id}`)")
+            return
         if _keeps(facts):
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
                         f"but {where} means True = padding: invert it (`== 0`)")
@@ -5376,7 +5407,7 @@ def _container_class(value: ast.expr) -> str | None:
         isinstance(m, ast.Call) for m in made) else None
 
 
-def _class_registries(tree: ast.Module, classes: set[str]) -> dict[int, tuple[str, ...]]:
+def _class_registries(tree: ast.Module, classes: Iterable[str]) -> dict[int, tuple[str, ...]]:
     """Registries of this file's classes (the dict literals, by `id`), and the classes each
     holds: a dict literal of class names bound to a name (`BLOCKS = {"a": BlockA, "b":
     BlockB}`), items stored by a statement (`BLOCKS["c"] = BlockC`), and classes decorated with
@@ -5663,18 +5694,49 @@ def _result_of(scope: _Scope) -> Value | None:
     return joined
 
 
-def _defined_names(tree: ast.AST) -> tuple[set[str], set[str]]:
-    """The names of every function and class the module defines, at any depth, and of the
-    classes among them. A definition is a statement, so only statement lists are searched, not
-    expressions (the same set as `ast.walk` finds, for a fraction of the nodes)."""
+def _defined_names(tree: ast.AST) -> tuple[set[str], dict[str, _ClassShape]]:
+    """The names of every function and class the module defines, at any depth, and the shape
+    of each class among them. A definition is a statement, so only statement lists are
+    searched, not expressions (the same set as `ast.walk` finds, for a fraction of the
+    nodes)."""
     names: set[str] = set()
-    classes: set[str] = set()
+    classes: dict[str, _ClassShape] = {}
     for node, _ in _all_statements(tree, chains=False):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
-                classes.add(node.name)
+                bases = tuple(b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                              if isinstance(b, (ast.Name, ast.Attribute)))
+                methods = frozenset(m.name for m in node.body if isinstance(
+                    m, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                # (a name defined twice keeps its first class, as the walk keys the first)
+                classes.setdefault(node.name, _ClassShape(bases, methods))
     return names, classes
+
+
+class _ClassShape(NamedTuple):
+    """A class of the file: the names of its bases, and the methods its body defines."""
+    bases: tuple[str, ...]
+    methods: frozenset[str]
+
+
+def _method_owner(classes: dict[str, _ClassShape], cls: str, method: str) -> str:
+    """The class of the file whose method `self.method` of a `cls` method calls: `cls` where
+    its body defines it, else the first base (depth first, as a simple MRO) that does
+    (`class BertForMaskedLM(nn.Module, ModuleUtilsMixin)` calling the mixin's
+    `get_extended_attention_mask`); `cls` where none of the file does."""
+    seen: set[str] = set()
+    stack = [cls]
+    while stack:
+        name = stack.pop(0)
+        shape = classes.get(name)
+        if shape is None or name in seen:
+            continue
+        seen.add(name)
+        if method in shape.methods:
+            return name
+        stack[:0] = shape.bases
+    return cls
 
 
 _BLOCK_NAMES = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -5734,7 +5796,10 @@ _SEED_FACTS = frozenset({
     # a (batch, 1, seq, 1) padding layout and where it was made (MC514 is reported there)
     "layout", "layout_at",
     # a tuple of masks a function returned, passed whole (`attn(x, masks)`): its positions
-    "held_parts"})
+    "held_parts",
+    # a float dtype (`get_extended_attention_mask(mask, shape, hidden_states.dtype)`): a cast
+    # to the parameter makes a mask float
+    "float_dtype"})
 
 
 # Parameter names that say the value is added to the scores: an additive bias, not a mask.

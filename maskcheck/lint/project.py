@@ -58,10 +58,12 @@ FLOAT16_WORDS = re.compile(FLOAT16_EVIDENCE.pattern + rb"|(?i:half.precision)")
 # `.to(dtype=torch.bfloat16)`, `torch_dtype=torch.float16`, an autocast to one): MC517 then reads
 # scores of a dtype the file does not show as possibly half (lerobot's pi0 `to_bfloat16`, PR
 # #710).
-HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?torch\.(?:float16|half"
-                       r"|bfloat16)\b|torch_dtype\s*=\s*torch\.(?:float16|half|bfloat16)\b"
+# (`th.float16` of `import torch as th` is torch's too: only torch's `.to` and `torch_dtype` take
+# a dtype there.)
+HALF_CAST = re.compile(r"\.(?:half|bfloat16)\(\)|\.to\((?:dtype\s*=\s*)?\w+\.(?:float16|half"
+                       r"|bfloat16)\b|torch_dtype\s*=\s*\w+\.(?:float16|half|bfloat16)\b"
                        # `torch.autocast(device_type=..., dtype=torch.float16)` around its model
-                       r"|autocast\((?:[^()]|\([^()]*\))*?dtype\s*=\s*torch\.(?:float16|half"
+                       r"|autocast\((?:[^()]|\([^()]*\))*?dtype\s*=\s*\w+\.(?:float16|half"
                        r"|bfloat16)\b")
 _AUTOCAST_OFF = re.compile(rb"enabled\s*=\s*False")
 # Any autocast call: it runs matmuls in float16 or bfloat16 whatever names its dtype

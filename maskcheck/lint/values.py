@@ -2017,6 +2017,10 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         additive = base.zero_one is False and value is not None and is_masking_value(
             value, lookup) and base.dtype != "bool"
         condition = argument(call, 0, "mask")
+        if base.additive and value is not None and number(value, lookup) == 0:
+            # `.masked_fill(m != 0, -inf).masked_fill(m == 0, 0.0)` (Swin's and Pangu's shifted
+            # window masks): 0 is an additive mask's own "keep"
+            return Value(dtype=base.dtype, additive=True, finfo_min=base.finfo_min)
         return Value(dtype=base.dtype, finfo_min=finfo or base.finfo_min,
                      additive=additive and (base.additive or _starts_empty(base) or (
                          condition is not None and _nonzero_of(condition, receiver(call)))))

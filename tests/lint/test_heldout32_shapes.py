@@ -294,8 +294,11 @@ def test_the_parameters_name_gives_its_layout(found: Found) -> None:
     assert found(PATCHTST) == [(7, "MC514")]
     fixed = PATCHTST.replace("unsqueeze(1).unsqueeze(3)", "unsqueeze(1).unsqueeze(2)")
     assert found(fixed) == []
-    other = PATCHTST.replace("key_padding_mask", "frame_mask")  # no layout by its name
-    assert found(other) == []
+    # another mask's name: the softmax over the last axis says the third is the queries'
+    other = PATCHTST.replace("key_padding_mask", "frame_mask")
+    assert found(other) == [(7, "MC514")]
+    # scores laid out keys first, softmaxed over dim=-2: the third axis is the keys'
+    assert found(other.replace("dim=-1", "dim=-2")) == []
 
 
 # Perceiver: a real-point mask under its Hugging Face name, defaulting to all True, handed to

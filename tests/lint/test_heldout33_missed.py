@@ -109,9 +109,11 @@ def test_a_zeroed_logit_keeps_softmax_weight() -> None:
 
 def test_a_buffer_of_ones_written_from_outside_is_a_mask(found: Found) -> None:
     assert found(ROUTER) == [(15, "MC520")]
-    # never written: all ones, a product that changes nothing
-    assert found(ROUTER.replace("    model.layers[0].router.expert_available[ids] = False\n",
-                                "    return model, ids\n")) == []
+    # never written (and held under a name that says nothing): all ones, a product that
+    # changes nothing
+    unwritten = ROUTER.replace("    model.layers[0].router.expert_available[ids] = False\n",
+                               "    return model, ids\n").replace("available", "factor")
+    assert found(unwritten) == []
     fixed = ROUTER.replace("logits * available", "logits.masked_fill(available == 0, "
                            "float('-inf'))")
     assert found(fixed) == []
