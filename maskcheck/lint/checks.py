@@ -4539,8 +4539,11 @@ class Linter:
                                 for k, v in zip(bound.keys, bound.values, strict=True))
                 spread = True
             elif returned and isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
-                    bound.func.id in self._local_defs) and (
-                    keys := _returned_dict_keys(self._tree, bound.func.id)):
+                    bound.func.id in self._local_defs or self.lookup(
+                        bound.func.id).module in self._local_classes) and (
+                    keys := _returned_dict_keys(self._tree, bound.func.id) or (
+                        _returned_dict_keys(self._tree, "__call__", self.lookup(
+                            bound.func.id).module))):
                 # `batch = collate(docs)` of a function of this file returning a dict literal,
                 # then `model(**batch)`: each key is `batch["key"]` (read as the dict returned)
                 assert isinstance(kw.value, ast.Name)
@@ -6446,10 +6449,17 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign | ast.AnnAssign]:
     return last
 
 
-def _returned_dict_keys(tree: ast.AST | None, name: str) -> tuple[str, ...]:
+def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = None
+                        ) -> tuple[str, ...]:
     """The keys of the dict literal that the function `name` of the file (its only definition
-    of that name, at any depth) returns, when each of its returns is such a dict with the same
-    string keys (a collate function); () otherwise."""
+    of that name, at any depth; with `owner`, the only one in the file's only class of that
+    name: a collator's `__call__`) returns, when each of its returns is such a dict with the
+    same string keys (a collate function); () otherwise."""
+    if tree is not None and owner is not None:
+        classes = [n for n in subnodes(tree) if isinstance(n, ast.ClassDef) and n.name == owner]
+        tree = classes[0] if len(classes) == 1 else None
+    elif name == "__call__":
+        return ()
     defs = [n for n in subnodes(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and n.name == name] if tree is not None else []
     if len(defs) != 1:

@@ -117,3 +117,58 @@ def test_a_buffer_of_ones_written_from_outside_is_a_mask(found: Found) -> None:
     fixed = ROUTER.replace("logits * available", "logits.masked_fill(available == 0, "
                            "float('-inf'))")
     assert found(fixed) == []
+
+
+# A chat fine-tuning script: a collator class whose `__call__` returns the batch dict (a bool
+# attention_mask), spread into the model, whose BERT-era helper subtracts the mask from 1.0.
+CHAT = """\
+import torch
+import torch.nn as nn
+
+
+class Collator:
+    def __init__(self, pad):
+        self.pad = pad
+
+    def __call__(self, rows):
+        input_ids = torch.tensor(rows)
+        attention_mask = input_ids != self.pad
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def get_extended_attention_mask(attention_mask, dtype):
+    extended = attention_mask[:, None, None, :]
+    return (1.0 - extended) * torch.finfo(dtype).min
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.embed(input_ids)
+        return x, get_extended_attention_mask(attention_mask, x.dtype)
+
+
+def main(rows):
+    collator = Collator(0)
+    model = Model()
+    batch = collator(rows)
+    return model(**batch)
+"""
+
+
+def test_one_minus_a_bool_mask_raises() -> None:
+    mask = torch.tensor([[True, False]])
+    try:
+        _ = 1.0 - mask
+    except RuntimeError as error:
+        assert "bool" in str(error)
+    else:
+        raise AssertionError("1.0 - bool did not raise")
+
+
+def test_a_collator_class_batch_spread_into_the_model(found: Found) -> None:
+    assert found(CHAT) == [(17, "MC512")]
+    assert found(CHAT.replace("(1.0 - extended)", "(1.0 - extended.float())")) == []
