@@ -479,17 +479,25 @@ TRANSFORMS: dict[str, Transform] = {
 TRANSFORMS["combined"] = _chain(TRANSFORMS["preamble"], TRANSFORMS["method"], rename, crlf)
 
 
+# Paths per `check` run: the whole corpus in all its surroundings is more than one command
+# line holds (ARG_MAX).
+CHUNK = 2000
+
+
 def run_check(paths: list[Path]) -> dict[Path, list[tuple[Place, str]]]:
-    proc = subprocess.run([*MASKCHECK, "check", "--format", "json", "--exit-zero",
-                           *map(str, paths)], capture_output=True, text=True)
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        print(f"lint_surroundings: check gave no JSON (exit {proc.returncode}): "
-              f"{proc.stderr.strip()[-300:]}", file=sys.stderr)
-        raise SystemExit(2) from None
+    entries: list[dict] = []
+    for start in range(0, len(paths), CHUNK):
+        proc = subprocess.run([*MASKCHECK, "check", "--format", "json", "--exit-zero",
+                               *map(str, paths[start:start + CHUNK])],
+                              capture_output=True, text=True)
+        try:
+            entries.extend(json.loads(proc.stdout)["files"])
+        except json.JSONDecodeError:
+            print(f"lint_surroundings: check gave no JSON (exit {proc.returncode}): "
+                  f"{proc.stderr.strip()[-300:]}", file=sys.stderr)
+            raise SystemExit(2) from None
     out: dict[Path, list[tuple[Place, str]]] = {}
-    for entry in report["files"]:
+    for entry in entries:
         if entry.get("error"):
             print(f"lint_surroundings: {entry['path']}: {entry['error']}", file=sys.stderr)
             raise SystemExit(2)

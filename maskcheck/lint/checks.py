@@ -1304,6 +1304,14 @@ class Linter:
         if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
+        if self.scope.kind == "function" and (tested := _not_none_test(node.test)) is not None and (
+                tested in self.scope.assigned) and self._none_just_before(node, parent, tested):
+            # `attn_bias = None` then `if attn_bias is not None:` with nothing between that
+            # binds it: the body never runs (ComfyUI's ACE-Step attention, copied from code
+            # where the name was a parameter). In a function only: a module's `x = None` is
+            # a setting a user edits (and what a parameter's default reads as at top level)
+            _push_statements(stack, node.orelse, node)
+            return
         # The walk reads the else branch after the body, so a name bound in both would keep the
         # else branch's value (coqui's bark: `is_causal = False` with a cache, else True).
         # After the if, such a name holds only the facts both branches agree on.
@@ -2349,6 +2357,26 @@ class Linter:
                         item.context_expr.func) in _EXPECTS_ERROR for item in here.items):
                 return True
             here = parents.get(id(here))
+        return False
+
+    def _none_just_before(self, node: ast.If, parent: ast.AST | None, name: str) -> bool:
+        """Whether `name` is None where `node` tests it: bound to None last by the statements
+        before it in its block, or, where that block binds nothing, in the blocks of the `if`,
+        `with` and `try` statements around it (not a loop's: an earlier turn may bind it),
+        up to the function's own body."""
+        here: ast.AST = node
+        path: list[ast.AST] | None = None
+        while parent is not None:
+            found = _none_in_block(here, parent, name)
+            if found is not _NONE_UNKNOWN:
+                return bool(found)
+            if not isinstance(parent, (ast.If, ast.With, ast.AsyncWith, ast.Try)) or (
+                    isinstance(parent, ast.Try) and not any(s is here for s in parent.body)):
+                return False  # (a try's else and finally run after its body, unread here)
+            if path is None:  # the statements from the function down to `node`
+                path = _statement_path(self.scope.node, node) if self.scope.node else []
+            at = next((i for i, s in enumerate(path) if s is parent), 0)
+            here, parent = parent, path[at - 1] if at > 0 else None
         return False
 
     def _parents(self) -> dict[int, ast.AST]:
@@ -5631,6 +5659,51 @@ def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None
     if isinstance(target, ast.Name) and target.id == test.left.id:
         return test.left.id, stmt  # type: ignore[return-value]
     return None
+
+
+_NONE_UNKNOWN = None  # (see `_none_in_block`: the block's start was reached)
+
+
+def _none_in_block(node: ast.AST, parent: ast.AST, name: str) -> bool | None:
+    """Whether the statements before `node` in its block of `parent` bind `name` to None last
+    (`name = None`) with nothing after that storing to it: True; False where something else
+    binds it last; None where nothing in the block binds it."""
+    block = next((stmts for field in _BLOCK_NAMES if isinstance(
+        stmts := getattr(parent, field, None), list) and any(s is node for s in stmts)), None)
+    if block is None:
+        return False
+    for stmt in reversed(block[:next(i for i, s in enumerate(block) if s is node)]):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name) and stmt.targets[0].id == name:
+            return is_none(stmt.value)
+        if any(_stores(n, name) for n in ast.walk(stmt)):
+            return False
+    return _NONE_UNKNOWN
+
+
+def _statement_path(root: ast.AST, target: ast.AST) -> list[ast.AST]:
+    """The statements from `root` down to `target` (both included), searched through statement
+    blocks only; [] where `target` is not below `root`."""
+    pending: list[tuple[ast.AST, list[ast.AST]]] = [(root, [root])]
+    while pending:
+        node, path = pending.pop()
+        if node is target:
+            return path
+        for block_name in _BLOCK_NAMES:
+            for child in getattr(node, block_name, None) or ():
+                if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                    pending.append((child, [*path, child]))
+    return []
+
+
+def _stores(node: ast.AST, name: str) -> bool:
+    """Whether `node` binds `name` (an assignment target, a definition, a global)."""
+    if isinstance(node, ast.Name):
+        return node.id == name and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return name in node.names
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+        node.name == name)
 
 
 def _not_none_test(test: ast.expr) -> str | None:
