@@ -2009,8 +2009,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return Value(dtype="bool", tri=tri, tri_at=_tri_site(tri, call),
                      hf_keep_inverted=base.hf_keep, layout=base.layout,
                      layout_at=base.layout_at)
-    if name in {"triu", "tril"}:
-        return _triangle(call, name, base)
+    if name in {"triu", "tril", "triu_", "tril_"}:
+        # (`ones(n, n, dtype=torch.bool).tril_()`: the in-place form returns its triangle too)
+        return _triangle(call, name.rstrip("_"), base)
     if name in {"masked_fill", "masked_fill_"}:
         value = argument(call, 1, "value")
         finfo = value is not None and is_finfo_min(value, lookup)

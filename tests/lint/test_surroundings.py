@@ -34,7 +34,7 @@ def attend(scores, n):
 def test_the_whole_corpus_keeps_its_findings_in_every_surroundings() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCHMARKS)])}
     proc = subprocess.run([sys.executable, "-P", str(BENCHMARKS / "lint_surroundings.py")],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "lost (found untouched, not rewritten): 0" in proc.stdout
     assert "new (found rewritten, not untouched): 0" in proc.stdout
