@@ -2368,8 +2368,8 @@ class Linter:
         path: list[ast.AST] | None = None
         while parent is not None:
             found = _none_in_block(here, parent, name)
-            if found is not _NONE_UNKNOWN:
-                return bool(found)
+            if found is not None:
+                return found
             if not isinstance(parent, (ast.If, ast.With, ast.AsyncWith, ast.Try)) or (
                     isinstance(parent, ast.Try) and not any(s is here for s in parent.body)):
                 return False  # (a try's else and finally run after its body, unread here)
@@ -5661,9 +5661,6 @@ def _none_default(node: ast.If) -> tuple[str, ast.Assign | ast.AnnAssign] | None
     return None
 
 
-_NONE_UNKNOWN = None  # (see `_none_in_block`: the block's start was reached)
-
-
 def _none_in_block(node: ast.AST, parent: ast.AST, name: str) -> bool | None:
     """Whether the statements before `node` in its block of `parent` bind `name` to None last
     (`name = None`) with nothing after that storing to it: True; False where something else
@@ -5678,7 +5675,7 @@ def _none_in_block(node: ast.AST, parent: ast.AST, name: str) -> bool | None:
             return is_none(stmt.value)
         if any(_stores(n, name) for n in ast.walk(stmt)):
             return False
-    return _NONE_UNKNOWN
+    return None
 
 
 def _statement_path(root: ast.AST, target: ast.AST) -> list[ast.AST]:
@@ -5785,7 +5782,7 @@ def _defined_names(tree: ast.AST) -> tuple[set[str], dict[str, _ClassShape]]:
                               if isinstance(b, (ast.Name, ast.Attribute)))
                 methods = frozenset(m.name for m in node.body if isinstance(
                     m, (ast.FunctionDef, ast.AsyncFunctionDef)))
-                # (a name defined twice keeps its first class, as the walk keys the first)
+                # (a class name defined twice keeps its first definition's shape)
                 classes.setdefault(node.name, _ClassShape(bases, methods))
     return names, classes
 
