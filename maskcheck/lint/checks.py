@@ -212,8 +212,9 @@ class _Scope:
     outer_names: dict[str, str] = field(default_factory=dict)  # name -> "nonlocal" | "global"
     # Function scopes: what the body does with a parameter it has not rebound, as `_Role`s.
     param_roles: dict[tuple[int, str], _Role] = field(default_factory=dict)
-    # Function scopes: name -> the expression it was bound to, read only when a role asks
-    # whether the name is a parameter as it is or inverted (`pad = attention_mask == 0`).
+    # Function scopes: name -> the expression it was bound to, read when a role asks whether
+    # the name is a parameter as it is or inverted (`pad = attention_mask == 0`), and where a
+    # finding goes to that expression (MC511's `key_mask = attention_mask[...] == 0`).
     derived: dict[str, ast.expr] = field(default_factory=dict)
     # Function scopes: parameter -> its default when that is a constant (`causal=True`,
     # `mask_value=-1e10`).
@@ -2874,21 +2875,12 @@ class Linter:
                 return
 
     def _bound_expression(self, node: ast.AST) -> ast.AST:
-        """The expression a name read here was last bound to by a plain assignment above it in
-        this function (`key_mask = attention_mask[:, None, None, :] == 0`), else `node`."""
-        scope = self.scope.node
-        if not isinstance(node, ast.Name) or scope is None or self.scope.kind != "function":
-            return node
-        bound: ast.AST = node
-        for stmt in ast.walk(scope):
-            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or (
-                    stmt.lineno >= node.lineno):
-                continue
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if any(isinstance(t, ast.Name) and t.id == node.id for t in targets) and (
-                    bound is node or stmt.lineno > getattr(bound, "lineno", 0)):
-                bound = stmt.value
-        return bound
+        """The expression a name read here was last bound to in this function (`key_mask =
+        attention_mask[:, None, None, :] == 0`, `_Scope.derived`), else `node`."""
+        if isinstance(node, ast.Name) and self.scope.kind == "function" and (
+                bound := self.scope.derived.get(node.id)) is not None:
+            return bound
+        return node
 
     def _is_bool(self, node: ast.AST) -> bool:
         """A comparison, `~x` or a value known to be bool."""
