@@ -3651,8 +3651,9 @@ class Linter:
         name's own convention (nn.MultiheadAttention's (N, S)), laid out as (B, 1, S, 1). So
         too any mask parameter of the function laid out so, inverted or not
         (`~bin_mask[:, None, :, None]`): two indexed axes make it (batch, seq), a mask per
-        token, and a fill of whole query rows before softmax hides nothing (a row filled
-        everywhere is as uniform as one filled nowhere)."""
+        token, and a fill of whole query rows before softmax hides no key (a row filled with
+        one finite value everywhere is as uniform as one filled nowhere; with -inf it is
+        NaN)."""
         while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
             node = node.operand
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(
