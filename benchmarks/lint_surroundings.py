@@ -216,8 +216,13 @@ def rename(source: str) -> Rewritten | None:
                     for stmt in c.body if isinstance(stmt, (ast.Assign, ast.AnnAssign))
                     for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
                     if isinstance(t, ast.Name)}
+    # A function or class of the file keeps its name: its `def` is no Name, so renaming the
+    # calls alone would call a name nothing defines (TimesFM's `causal_mask(...)`).
+    defined = {d.name for d in ast.walk(tree)
+               if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     renames = {old: new for old, new in RENAMES.items()
-               if new not in used and old not in by_keyword and old not in class_fields}
+               if new not in used and old not in by_keyword and old not in class_fields
+               and old not in defined}
     spots: list[tuple[int, int, int, str]] = []  # line, byte col, byte end, new name
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in renames:

@@ -121,8 +121,10 @@ _SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
-_SUMMED_MIN = ("two masks filled with finfo.min added together: the sum overflows to -inf and a "
-               "fully masked row becomes NaN; combine them with torch.minimum or a bool mask")
+_SUMMED_MIN = ("two masks filled with finfo.min added together: the sum overflows to -inf "
+               "where both hide a key, so a row both hide everywhere becomes NaN (and one they "
+               "hide in part no longer spreads evenly); combine them with torch.minimum or a "
+               "bool mask")
 # MC501's forms that give -inf in float16 instead of raising.
 _NON_RAISING = frozenset({"an additive mask", "torch.where", "an indexed assignment"})
 # A file that never mentions a half dtype, in a test directory, runs in float32 (MC501).
@@ -744,7 +746,7 @@ _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_
            "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
-           "_written_outside")
+           "_written_outside", "_instances")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -873,6 +875,8 @@ class Linter:
         self.calls_to: dict[_Param, list[str | None]] | None = None
         # The module and, built only when MC510 is about to fire, each node's parent.
         self._tree: ast.AST | None = None
+        # Built on the first `is_causal=self.flag` (see `_causal_instance`).
+        self._instances: dict[tuple[str, str, str], _CausalInstance] | None = None
         self._parent_of: dict[int, ast.AST] | None = None
         # Built on the first question about scores by use (see `_softmax_inputs_by_scope`).
         self._softmax_inputs: dict[int, frozenset[str]] | None = None
@@ -1567,7 +1571,11 @@ class Linter:
         """`_callee_key`, or for `ATTENTION_FUNCTIONS[backend](...)` / `self.attn[impl](...)`
         each definition the container holds."""
         if isinstance(call.func, ast.Subscript):
-            return self.value(call.func.value).element_defs
+            held = self.value(call.func.value)
+            if not held.element_defs and held.element_module in self._local_classes:
+                # `self.layers[i](x, mask)` of `nn.ModuleList(Layer(d) for _ in range(n))`
+                return ((held.element_module or "", "forward"),)
+            return held.element_defs
         key = self._callee_key(call)
         if key is None and self._may_dispatch() and isinstance(call.func, (
                 ast.Name, ast.Attribute)):
@@ -1618,6 +1626,12 @@ class Linter:
                     key = (_method_owner(self._local_classes, cls.name, func.attr), func.attr)
             elif func.value.id in self._local_defs and func.attr in self._local_defs:
                 key = (func.value.id, func.attr)  # `Builders.causal(n)`
+            elif func.attr in self._local_defs and (
+                    module := self.lookup(func.value.id).module) in self._local_classes:
+                # `model.generate(ids, mask)` of `model = Model()`: its method
+                owner = _method_owner(self._local_classes, module or "", func.attr)
+                if func.attr in self._local_classes[owner].methods:
+                    key = (owner, func.attr)
         return key
 
     def _seed_facts(self, node: ast.AST) -> Value:
@@ -1787,7 +1801,9 @@ class Linter:
                     elif kinds <= {"drop-fill", "keep-fill"}:
                         # a fill condition only: its direction is checked at the calls; that
                         # every call gives a pair mask is read at the fill (MC507: the rows of
-                        # the padded queries are empty), where the fix goes
+                        # the padded queries are empty), and that every call gives an integer
+                        # mask at its `~` (MC518: CodeT5's `invert_attention_mask`), where the
+                        # fix goes
                         pair_only = True
                     elif not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
@@ -1803,7 +1819,8 @@ class Linter:
                 if bool_only:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 elif pair_only:
-                    facts = Value(pair_keep=True) if facts.pair_keep else UNKNOWN
+                    facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if (
+                        facts.dtype == "int") else None)
                 elif keep_only:
                     facts = Value(dtype=facts.dtype if facts.dtype in {"bool", "int"} else None,
                                   hf_keep=facts.hf_keep, pad_keep=facts.pad_keep,
@@ -2151,6 +2168,9 @@ class Linter:
                 zeroed = self._product_of(product)
                 if zeroed is not None:
                     self._owner(node.target.id).zeroed[node.target.id] = zeroed  # `s *= keep`
+                elif (scaled := self.value(product)).finfo_min:
+                    # `attention_mask *= torch.finfo(dtype).min` (TimesFM's padding plane)
+                    self.bind(node.target.id, scaled)
         elif isinstance(node, ast.For):
             self._forget_targets(node.target)
         elif isinstance(node, ast.Assert):
@@ -2805,12 +2825,22 @@ class Linter:
             if self.scopes[depth].kind == "function" and self.scopes[depth - 1].kind == "class":
                 method, cls = self.scopes[depth], self.scopes[depth - 1]
                 break
-        if cls is None or method is None or cls.node is None:
+        if cls is not None and method is not None and cls.node is not None:
+            reached = self._grad_methods.get(id(cls.node))
+            if reached is None:
+                reached = self._grad_methods[id(cls.node)] = _reached_from_forward(cls.node)
+            if method.name in reached:
+                return True
+        if self._tree is None:
             return False
-        reached = self._grad_methods.get(id(cls.node))
-        if reached is None:
-            reached = self._grad_methods[id(cls.node)] = _reached_from_forward(cls.node)
-        return method.name in reached
+        # a function (not a method) a forward calls (AKT's `attention(q, k, v, ...)`), at any
+        # depth: defined in a method or a function, it is still the one the forward calls
+        functions = self._grad_methods.get(id(self._tree))
+        if functions is None:
+            functions = self._grad_methods[id(self._tree)] = _functions_reached_from_forward(
+                self._tree)
+        return any(scope.kind == "function" and not scope.method and scope.name in functions
+                   for scope in self.scopes)
 
     def _in_forward(self) -> bool:
         """Inside a method that runs on every call: `forward`, `forward_*`, `__call__`, or a
@@ -4137,6 +4167,22 @@ class Linter:
             self.report("MC521", at, f"{shown} is True {where} the diagonal, "
                         "but MultiheadAttention's bool attn_mask means True = masked: it hides "
                         "the past and shows the future; use triu(..., diagonal=1)")
+        elif facts.dtype == "bool" and facts.tri == "upper" and facts.tri_at is not None:
+            # a True triu with diagonal 0 made elsewhere (SASRec's `causal_attention_mask`
+            # helper): MultiheadAttention hides the diagonal too, reported where it is made
+            self._diagonal_zero_triu_at(facts.tri_at)
+
+    def _diagonal_zero_triu_at(self, made_at: tuple[int, int, int]) -> bool:
+        """MC503 at the triu made at `made_at` when its diagonal is 0 (not an offset)."""
+        made = self._call_at(made_at, "triu")
+        if made is None:
+            return False
+        diagonal = argument(made, 1, "diagonal") if is_module_call(made) else argument(
+            made, 0, "diagonal")
+        if diagonal is not None and number(diagonal) != 0:
+            return False  # (`triu(offset + qk_len_diff)` may be anything)
+        self._triu_hit(made, diagonal)
+        return True
 
     # --- MC503 ---
 
@@ -4277,17 +4323,11 @@ class Linter:
         if held is None and condition is not None and fill is not None and (
                 self._is_fill_value(fill)):
             facts = self.value(condition)
+            # a triangle made elsewhere and read back through an attribute or a property
+            # (Informer's `TriangularCausalMask(B, L).mask`): reported where it is made
             if facts.dtype == "bool" and facts.tri == "upper" and facts.hides_above and (
-                    facts.tri_at is not None):
-                # a triangle made elsewhere and read back through an attribute or a property
-                # (Informer's `TriangularCausalMask(B, L).mask`): reported where it is made
-                made = self._call_at(facts.tri_at, "triu")
-                diagonal = None if made is None else argument(made, 1, "diagonal") if (
-                    is_module_call(made)) else argument(made, 0, "diagonal")
-                if made is not None and (diagonal is None or number(diagonal) == 0):
-                    # (only a diagonal that is 0: `triu(offset + qk_len_diff)` may be anything)
-                    self._triu_hit(made, diagonal)
-                    return
+                    facts.tri_at is not None) and self._diagonal_zero_triu_at(facts.tri_at):
+                return
         for kw in call.keywords:
             if kw.arg in MASK_KWARGS and isinstance(kw.value, ast.Name) and kw.value.id in masks:
                 triu = masks.pop(kw.value.id)
@@ -4485,6 +4525,14 @@ class Linter:
         return isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(
             parent.targets[0], ast.Name) and self._detached(parent.targets[0].id, call)
 
+    def _sampled(self, name: str) -> bool:
+        """`torch.multinomial(name, ...)` in this function: probabilities drawn from, which no
+        backward runs through (sglang's top-k/top-p/min-p sampler zeroing them in place)."""
+        node = self.scope.node
+        return node is not None and any(
+            isinstance(n, ast.Call) and call_name(n) == "multinomial" and n.args and isinstance(
+                n.args[0], ast.Name) and n.args[0].id == name for n in ast.walk(node))
+
     def _inplace_fill(self, call: ast.Call) -> None:
         base = receiver(call)
         fill = argument(call, 1, "value")
@@ -4508,7 +4556,7 @@ class Linter:
                         "in-place fill breaks autograd; use masked_fill")
         elif isinstance(base, ast.Name) and isinstance(bound, ast.Call) and call_name(
                 bound, self.lookup) in _SAVES_OUTPUT and self._on_grad_path() and not (
-                self._detached(base.id, call)):
+                self._detached(base.id, call)) and not self._sampled(base.id):
             # softmax's backward reads its own output: overwriting it in place makes
             # backward raise (checked on torch 2.13)
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
@@ -4549,6 +4597,17 @@ class Linter:
         for kw in call.keywords:
             bound = self.scope.derived.get(kw.value.id) if kw.arg is None and isinstance(
                 kw.value, ast.Name) and kw.value.id not in self.scope.mutated else None
+            added: list[str] = []
+            if returned and kw.arg is None and isinstance(kw.value, ast.Name) and isinstance(
+                    made := self.scope.derived.get(kw.value.id), ast.Call) and isinstance(
+                    made.func, ast.Name) and made.func.id != "dict":
+                # `batch = collate(docs); batch["labels"] = y; model(**batch)`: fields added to
+                # the returned dict, the others as it made them; not a dict written otherwise
+                # (`batch.update(...)`, `del batch[k]`)
+                stored = self._keys_stored(kw.value.id)
+                bound, added = (None, []) if stored is None else (made, stored)
+            elif returned and kw.arg is None and isinstance(kw.value, ast.Call):
+                bound = kw.value  # `model(**collate_fn(features))`
             if isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
                     bound.func.id == "dict") and not bound.args and all(
                     k.arg is not None for k in bound.keywords):
@@ -4567,16 +4626,40 @@ class Linter:
                             bound.func.id).module))):
                 # `batch = collate(docs)` of a function of this file returning a dict literal,
                 # then `model(**batch)`: each key is `batch["key"]` (read as the dict returned)
-                assert isinstance(kw.value, ast.Name)
+                source = ast.Name(kw.value.id, ast.Load()) if isinstance(
+                    kw.value, ast.Name) else kw.value
                 keywords.extend(ast.keyword(arg=key, value=ast.copy_location(ast.Subscript(
-                    ast.Name(kw.value.id, ast.Load()), ast.Constant(key), ast.Load()), kw.value))
-                    for key in keys)
+                    source, ast.Constant(key), ast.Load()), kw.value))
+                    for key in (*keys, *(k for k in added if k not in keys)))
                 spread = True
             else:
                 keywords.append(kw)
         if not spread:
             return call
         return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
+
+    def _keys_stored(self, name: str) -> list[str] | None:
+        """The keys this function (or the module) writes into the dict `name` when its only
+        writes are `name["key"] = ...` with constant keys; None where it is written otherwise
+        (another index, `del`, an augmented assignment, a method such as `update`)."""
+        root = self.scope.node if self.scope.kind == "function" else self._tree
+        if root is None:
+            return None
+        keys: list[str] = []
+        for node in ast.walk(root):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
+                    node.value.id == name) and not isinstance(node.ctx, ast.Load):
+                if not (isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant)
+                        and isinstance(node.slice.value, str)):
+                    return None
+                keys.append(node.slice.value)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript) and (
+                    isinstance(node.target.value, ast.Name) and node.target.value.id == name):
+                return None
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == name):
+                return None  # `batch.update(...)`, `batch.pop(...)`, `batch.to(device)`
+        return keys
 
     def _sdpa(self, call: ast.Call) -> None:
         flag = argument(call, 5, "is_causal")
@@ -4603,6 +4686,14 @@ class Linter:
             self.report("MC506", call, "scaled_dot_product_attention with both attn_mask and "
                         "is_causal=True: the MATH backend raises, others combine them "
                         "differently; fold the causal part into attn_mask")
+        elif causal is not None and mask is not None and not is_none(mask) and (
+                instance := self._causal_instance(causal, mask)) is not None:
+            # an instance flag, True on some instances (BART's decoder self-attention)
+            self.report("MC506", call, f"{self._text(causal)} is True on the instance built "
+                        f"at line {instance.built.lineno}, and line {instance.called.lineno} "
+                        "passes it a mask: scaled_dot_product_attention then gets both "
+                        "attn_mask and is_causal=True (the MATH backend raises, others combine "
+                        "them differently); fold the causal part into attn_mask")
         elif causal is not None and mask is not None and not is_none(mask):
             needs = self._flag_needs_mask(causal, mask)
             if needs is not None:
@@ -4683,6 +4774,22 @@ class Linter:
                     and dotted(test.left) in masks)
 
         return flag if requires(flag) else None
+
+    def _causal_instance(self, causal: ast.AST, mask: ast.AST) -> _CausalInstance | None:
+        """`is_causal=self.flag` with `attn_mask=mask` in a forward whose class has an instance
+        built with the flag possibly True and called with that mask (see `_causal_instances`)."""
+        scope = self.scope
+        if not (isinstance(causal, ast.Attribute) and isinstance(causal.value, ast.Name)
+                and causal.value.id == "self") or scope.kind != "function" or (
+                scope.key is None or scope.key[1] != "forward" or self._tree is None):
+            return None
+        base = _convention_base(mask)
+        if not isinstance(base, ast.Name) or base.id not in scope.params or (
+                base.id in scope.assigned):
+            return None
+        if self._instances is None:
+            self._instances = _causal_instances(self._tree)
+        return self._instances.get((scope.key[0], causal.attr, base.id))
 
     def _causal_without_mask(self, call: ast.Call, causal: ast.AST | None, mask: ast.AST) -> bool:
         """Every `is_causal = True` before the call sits in a block that also sets the mask to
@@ -4897,8 +5004,13 @@ class Linter:
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and not (entry.role in _USE_SITE_ROLES and any(
-                    (callee, entry.param) in self.use_site for callee in callees)):
-                # (a parameter every call gives the same mask: reported at its use)
+                    (callee, entry.param) in self.use_site for callee in callees)) and not (
+                    entry.role == "addmin" and any(
+                        self.seeds.get(callee, {}).get(entry.param, UNKNOWN).finfo_min
+                        for callee in self._callee_keys(call))):
+                # (a parameter every call gives the same mask: reported at its use; one every
+                # call gives a finfo.min plane is summed with the other in the function's body,
+                # where MC513 is reported: TimesFM's `merge_masks(a, b)`)
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
         self._padding_mask_read_as_keep(call, roles)
@@ -4990,8 +5102,8 @@ class Linter:
             if self.value(mask).finfo_min:
                 self.report("MC513", mask, f"{self._text(mask)} is filled with finfo.min and "
                             f"{name}() adds another finfo.min mask to it: the sum overflows to "
-                            "-inf and a fully masked row becomes NaN; combine them with "
-                            "masked_fill or a bool mask")
+                            "-inf where both hide a key, so a row both hide everywhere becomes "
+                            "NaN; combine them with masked_fill or a bool mask")
                 return True
         for mask in by_role.get("mul", []):
             facts = self.value(mask)
@@ -5192,8 +5304,10 @@ class Linter:
             if not facts.hf_keep_inverted or facts.hf_keep:
                 continue
             behind = self._parameter_behind(arg)
-            if behind is not None and behind[0] == entry.param:
-                continue  # a wrapper handing its own parameter on under the same name
+            if behind is not None and behind[0] == entry.param and not behind[1]:
+                # a wrapper handing its own parameter on under the same name (inverted here,
+                # ColBERT's `attention_mask.eq(0)`, it is this function's own doing)
+                continue
             reads = ("hands it to scaled_dot_product_attention as attn_mask (True = may attend)"
                      if entry.role == "keep-sdpa" else "fills where it is 0")
             if entry.direct and _says_padding(entry.param):
@@ -5202,8 +5316,11 @@ class Linter:
                             f"({self._text(arg)}), but {name}() {reads}: it attends to the "
                             f"padding only; invert it (`~{entry.param}`)")
             else:
-                self.report("MC511", arg, f"{self._text(arg)} is True at padding, but {name}() "
-                            f"{reads} for {entry.param}: pass the keep-mask (`~`)")
+                # (at the comparison that made it, where the fix goes, when this function bound
+                # the name: ColBERT's `extended_attention_mask = attention_mask.eq(0)...`)
+                self.report("MC511", self._bound_expression(arg), f"{self._text(arg)} is True "
+                            f"at padding, but {name}() {reads} for {entry.param}: pass the "
+                            "keep-mask (`~`)")
             return
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
@@ -5375,6 +5492,37 @@ def _reached_from_forward(cls: ast.AST) -> frozenset[str]:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(
                     node.func.value, ast.Name) and node.func.value.id == "self":
                 pending.append(node.func.attr)
+    return frozenset(reached)
+
+
+def _functions_reached_from_forward(tree: ast.AST) -> frozenset[str]:
+    """The functions (not methods, at any depth) that the methods of `_reached_from_forward`
+    call by name, directly or through one another; not those decorated with no_grad /
+    inference_mode."""
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    methods = {id(m) for cls in classes for m in cls.body}
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in methods:
+            functions.setdefault(node.name, node)
+    if not functions:
+        return frozenset()
+    pending: list[str] = []
+    for cls in classes:
+        reached_methods = _reached_from_forward(cls)
+        for method in cls.body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    method.name in reached_methods):
+                pending.extend(node.func.id for node in ast.walk(method) if isinstance(
+                    node, ast.Call) and isinstance(node.func, ast.Name))
+    reached: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in reached or name not in functions or decorated_no_grad(functions[name]):
+            continue
+        reached.add(name)
+        pending.extend(node.func.id for node in ast.walk(functions[name]) if isinstance(
+            node, ast.Call) and isinstance(node.func, ast.Name))
     return frozenset(reached)
 
 
@@ -5751,6 +5899,7 @@ def _result_of(scope: _Scope) -> Value | None:
     joined = scope.returns[0]
     for value in scope.returns[1:]:
         joined = _join(joined, value)
+    joined = _triangle_on_one_path(scope.returns, joined)
     if not joined or joined.param_roles or joined.mha or joined.api:
         return None
     # Last: most functions' returns share nothing, and this walks the whole function.
@@ -5758,6 +5907,200 @@ def _result_of(scope: _Scope) -> Value | None:
     if node is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in subnodes(node)):
         return None
     return joined
+
+
+class _CausalInstance(NamedTuple):
+    """An instance of a class of the file built with its causal flag possibly True
+    (`self.self_attn = Attention(d, is_causal=is_decoder)` in a layer some stack builds with
+    `is_decoder=True`) and called with a mask: where it was built and where it was called."""
+    built: ast.Call
+    called: ast.Call
+
+
+def _causal_instances(tree: ast.AST) -> dict[tuple[str, str, str], _CausalInstance]:
+    """(class, flag attribute, mask parameter of its forward) -> an instance of the class built
+    with the `__init__` parameter it stores in that attribute possibly True and called with that
+    mask not None. "Possibly True": True, or a parameter of the `__init__` that builds it which
+    some construction of that class gives possibly True (BART's `is_decoder`)."""
+    classes: dict[str, ast.ClassDef] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            classes.setdefault(node.name, node)
+    # Every function of the file with its class, and every call each one makes (at any depth:
+    # a comprehension's, a nested function's too).
+    owners: list[tuple[str, ast.AST]] = [("", tree)]
+    for name, cls in classes.items():
+        owners.extend((name, m) for m in cls.body if isinstance(
+            m, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    def method(cls: str, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        node = classes.get(cls)
+        for m in node.body if node is not None else ():
+            if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name:
+                return m
+        return None
+
+    def params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+        return [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1:]
+
+    def given(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+              ) -> ast.expr | None:
+        """What `call` gives `func`'s parameter `name` (its default where it gives none)."""
+        names = params(func)
+        if name in names and names.index(name) < len(call.args):
+            arg = call.args[names.index(name)]
+            return None if isinstance(arg, ast.Starred) else arg
+        for kw in call.keywords:
+            if kw.arg == name:
+                return kw.value
+        every = [*func.args.posonlyargs, *func.args.args]
+        defaults = dict(zip([a.arg for a in every][len(every) - len(func.args.defaults):],
+                            func.args.defaults, strict=True))
+        defaults.update((a.arg, d) for a, d in zip(
+            func.args.kwonlyargs, func.args.kw_defaults, strict=True) if d is not None)
+        return defaults.get(name)
+
+    constructions: dict[str, list[tuple[ast.Call, str, ast.AST]]] = {}
+    for owner, func in owners:
+        for node in (ast.walk(func) if owner else _module_level_nodes(func)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                    node.func.id in classes):
+                constructions.setdefault(node.func.id, []).append((node, owner, func))
+
+    visiting: set[tuple[str, str]] = set()
+
+    def possibly_true(expr: ast.expr | None, owner: str, func: ast.AST) -> bool:
+        if expr is None:
+            return False
+        if is_true(expr):
+            return True
+        if not (isinstance(expr, ast.Name) and owner and isinstance(func, ast.FunctionDef)
+                and func.name == "__init__" and expr.id in params(func)):
+            return False
+        key = (owner, expr.id)
+        if key in visiting:
+            return False
+        visiting.add(key)
+        try:
+            return any(not _has_star(call) and possibly_true(given(call, func, expr.id), o, f)
+                       for call, o, f in constructions.get(owner, ()))
+        finally:
+            visiting.discard(key)
+
+    found: dict[tuple[str, str, str], _CausalInstance] = {}
+    for name in classes:
+        init, forward = method(name, "__init__"), method(name, "forward")
+        if init is None or forward is None:
+            continue
+        stored = _stored_parameters(init)
+        if not stored:
+            continue
+        for call, owner, func in constructions.get(name, ()):
+            if _has_star(call):
+                continue
+            flags = [(attr, param) for attr, param in stored.items()
+                     if possibly_true(given(call, init, param), owner, func)]
+            if not flags:
+                continue
+            for called in _instance_calls(func, owner, call, classes):
+                for mask in params(forward):
+                    passed = given(called, forward, mask)
+                    if passed is not None and not is_none(passed) and not _has_star(called):
+                        for attr, _ in flags:
+                            found.setdefault((name, attr, mask), _CausalInstance(call, called))
+    return found
+
+
+def _has_star(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(
+        kw.arg is None for kw in call.keywords)
+
+
+def _module_level_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a module outside its functions and classes."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node) if not isinstance(
+            child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))
+
+
+def _stored_parameters(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
+    """`self.attr = param` (or a tuple of them) in an `__init__`: attr -> param."""
+    names = {a.arg for a in (*init.args.args, *init.args.kwonlyargs)}
+    stored: dict[str, str] = {}
+    for node in ast.walk(init):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            pairs = zip(target.elts, node.value.elts, strict=False) if isinstance(
+                target, ast.Tuple) and isinstance(node.value, ast.Tuple) else [
+                (target, node.value)]
+            for t, v in pairs:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
+                        t.value.id == "self") and isinstance(v, ast.Name) and v.id in names:
+                    stored[t.attr] = v.id
+    return stored
+
+
+def _instance_calls(func: ast.AST, owner: str, built: ast.Call,
+                    classes: dict[str, ast.ClassDef]) -> list[ast.Call]:
+    """The calls of the instance `built` makes: `self.attn = Attention(...)` (alone, in a
+    conditional or in a ModuleList) in a method of `owner`, then `self.attn(...)` or `for layer
+    in self.layers: layer(...)` in any method of that class; `attn = Attention(...)` at module
+    level, then `attn(...)` there."""
+    scope: ast.AST | None = classes.get(owner) if owner else func
+    if scope is None:
+        return []
+    target: ast.expr | None = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and any(
+                n is built for n in ast.walk(node.value)):
+            target = node.targets[0]
+            break
+    if owner and isinstance(target, ast.Attribute) and isinstance(
+            target.value, ast.Name) and target.value.id == "self":
+        attr = target.attr
+
+        def is_instance(node: ast.AST) -> bool:
+            return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(
+                node.value, ast.Name) and node.value.id == "self"
+    elif not owner and isinstance(target, ast.Name):
+        name = target.id
+
+        def is_instance(node: ast.AST) -> bool:
+            return isinstance(node, ast.Name) and node.id == name
+    else:
+        return []
+    calls: list[ast.Call] = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and is_instance(node.func):
+            calls.append(node)
+        elif isinstance(node, ast.For) and is_instance(node.iter) and isinstance(
+                node.target, ast.Name):
+            element = node.target.id
+            calls.extend(n for stmt in node.body for n in ast.walk(stmt) if isinstance(
+                n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == element)
+    return calls
+
+
+def _triangle_on_one_path(returns: list[Value], joined: Value) -> Value:
+    """`return pad | tril` on one path and `return pad` on the other (OpenNMT's
+    `_compute_dec_mask`): a bool mask that holds the lower triangle where it holds any. Every
+    path's mask is read the same way by the caller, so a triangle that points the wrong way
+    for that reading is wrong on the path that has it (MC521 where the caller reads it)."""
+    if joined.tri is not None or joined.dtype != "bool":
+        return joined
+    sites = {(v.tri, v.tri_at) for v in returns if v.tri is not None}
+    if len(sites) != 1:
+        return joined
+    ((tri, tri_at),) = sites
+    if tri not in {"lower", "slower"} or any(v.tri is None and (
+            v.hides_above or v.all_ones or v.additive or v.finfo_min or v.number is not None)
+            for v in returns):
+        return joined
+    return replace(joined, tri=tri, tri_at=tri_at)
 
 
 def _defined_names(tree: ast.AST) -> tuple[set[str], dict[str, _ClassShape]]:

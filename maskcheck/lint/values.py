@@ -505,6 +505,9 @@ _MODULE_ROOTS = frozenset({"torch", "np", "numpy", "jnp", "F", "nn"})
 # What the file being linted imports under another name: `import torch as th` -> th: torch,
 # `from torch.nn import functional as fn` -> fn: F. Set per file by the linter's walk.
 MODULE_ALIASES: ContextVar[dict[str, str]] = ContextVar("module_aliases")
+# ... and, as `FOREIGN` + its module, a name spelled as one of torch's attention classes that it
+# imports from another library.
+FOREIGN = "<foreign>:"
 _ALIASED = {"torch": "torch", "numpy": "np", "torch.nn": "nn", "torch.nn.functional": "F",
             "jax.numpy": "jnp",
             # `from torch.cuda.amp import autocast`: a bare `autocast()` is then float16's
@@ -518,6 +521,11 @@ def note_import(module: str, name: str | None, asname: str | None) -> None:
     canonical = _ALIASED.get(full)
     local = asname or (None if name is None else name)
     aliases = MODULE_ALIASES.get(None)
+    if name in ATTENTION_CLASSES and local is not None and aliases is not None and (
+            module.split(".")[0] != "torch"):
+        # hanlp's own `TransformerEncoder` (a wrapper over a Hugging Face model): not torch's
+        aliases[local] = FOREIGN + full
+        return
     if canonical is not None and local is not None and local != canonical and (
             aliases is not None):
         aliases[local] = canonical
@@ -1282,6 +1290,13 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
                 return Value(finfo_min=True, additive=True)
+        for a, b, a_node, b_node in ((left, right, node.left, node.right),
+                                     (right, left, node.right, node.left)):
+            if is_finfo_min(b_node, lookup) and not b.additive and number(
+                    a_node, lookup) is None and not (a.finfo_min or a.additive):
+                # `paddings * torch.finfo(dtype).min` (TimesFM's padding plane): a tensor of
+                # 0s and 1s the file cannot show, scaled to finfo.min where it is 1
+                return Value(finfo_min=True, additive=True)
             if a.zero_one and is_masking_value(b_node, lookup) and not is_neg_inf(
                     b_node, lookup):
                 return Value(additive=True)
@@ -1458,6 +1473,15 @@ _MASK_PRODUCTS = frozenset({"mul", "logical_and", "bitwise_and"})
 _BOOL_TESTS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "isreal", "isin"})
 
 
+def _torch_attention_class(func: ast.expr) -> bool:
+    """`nn.TransformerEncoder`, or the bare name unless the file imports it from elsewhere."""
+    aliases = MODULE_ALIASES.get(None) or {}
+    if isinstance(func, ast.Name):
+        return not aliases.get(func.id, "").startswith(FOREIGN)
+    return isinstance(func, ast.Attribute) and (
+        module_dotted(func.value) or "").split(".")[0] in {"nn", "torch"}
+
+
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     name = call_name(call, lookup)
     base_node = receiver(call)
@@ -1478,7 +1502,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return Value(grad=rg is None or not is_zero(rg))
     if name in {"ParameterList", "ParameterDict"}:
         return Value(element_grad=True)
-    if name in ATTENTION_CLASSES:
+    if name in ATTENTION_CLASSES and _torch_attention_class(call.func):
         return Value(mha=True, module=name)
     if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
         parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
@@ -1500,6 +1524,13 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         if union is not None:
             return union if name == "maximum" else Value(dtype="bool", tri=union.tri,
                                                          tri_at=union.tri_at)
+    if name == "minimum" and len(call.args) == (2 if module else 1) and not call.keywords and (
+            module or base_node is not None):
+        # `torch.minimum(query_mask, key_mask)` of two finfo.min planes (TimesFM's `expand_t`):
+        # a plane of finfo.min where either is, never lower
+        operands = call.args if module or base_node is None else [base_node, *call.args]
+        if all(describe(o, lookup).finfo_min for o in operands):
+            return Value(finfo_min=True, additive=True)
     if name in _MASK_PRODUCTS and (module or base_node is not None) and not call.keywords:
         # `torch.mul(q_keep[:, :, None], k_keep[:, None, :])`, `a.logical_and(b)`: the
         # function form of `*` / `&`, an outer product of a query and a key mask (MC507)
