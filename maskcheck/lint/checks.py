@@ -4689,7 +4689,7 @@ class Linter:
         elif causal is not None and mask is not None and not is_none(mask) and (
                 instance := self._causal_instance(causal, mask)) is not None:
             # an instance flag, True on some instances (BART's decoder self-attention)
-            self.report("MC506", call, f"{self._text(causal)} is True on the instance built "
+            self.report("MC506", call, f"{self._text(causal)} may be True on the instance built "
                         f"at line {instance.built.lineno}, and line {instance.called.lineno} "
                         "passes it a mask: scaled_dot_product_attention then gets both "
                         "attn_mask and is_causal=True (the MATH backend raises, others combine "
