@@ -85,6 +85,11 @@ def test_two_finfo_min_planes_overflow_where_both_hide() -> None:
     both = torch.tensor([low, low]) + torch.tensor([low, 0.0])
     assert both[0] == float("-inf") and both[1] == low
     assert torch.isnan(torch.softmax(torch.full((3,), low) * 2, -1)).all()
+    # a row hidden by one plane everywhere is uniform; where the other hides part of it too,
+    # the weight goes to the keys only one plane hides
+    assert torch.allclose(torch.softmax(torch.full((3,), low), -1), torch.full((3,), 1 / 3))
+    part = torch.softmax(torch.tensor([low, low + low, low + low]), -1)
+    assert part.tolist() == [1.0, 0.0, 0.0]
 
 
 def test_finfo_min_planes_made_by_scaling_are_summed(found: Found) -> None:
