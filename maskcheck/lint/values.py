@@ -1290,13 +1290,6 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
         for a, b, b_node in ((left, right, node.right), (right, left, node.left)):
             if a.zero_one and (b.finfo_min or is_finfo_min(b_node, lookup)):
                 return Value(finfo_min=True, additive=True)
-        for a, b, a_node, b_node in ((left, right, node.left, node.right),
-                                     (right, left, node.right, node.left)):
-            if is_finfo_min(b_node, lookup) and not b.additive and number(
-                    a_node, lookup) is None and not (a.finfo_min or a.additive):
-                # `paddings * torch.finfo(dtype).min` (TimesFM's padding plane): a tensor of
-                # 0s and 1s the file cannot show, scaled to finfo.min where it is 1
-                return Value(finfo_min=True, additive=True)
             if a.zero_one and is_masking_value(b_node, lookup) and not is_neg_inf(
                     b_node, lookup):
                 return Value(additive=True)
@@ -1305,6 +1298,13 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
                 # its triu): -inf everywhere, as torch.full(..., -inf) is
                 return Value(dtype=a.dtype, additive=True,
                              finfo_min=bool(b.finfo_min or is_finfo_min(b_node, lookup)))
+        for a, b, a_node, b_node in ((left, right, node.left, node.right),
+                                     (right, left, node.right, node.left)):
+            if is_finfo_min(b_node, lookup) and not b.additive and number(
+                    a_node, lookup) is None and not (a.finfo_min or a.additive):
+                # `paddings * torch.finfo(dtype).min` (TimesFM's padding plane): a tensor of
+                # 0s and 1s the file cannot show, scaled to finfo.min where it is 1
+                return Value(finfo_min=True, additive=True)
     if isinstance(node.op, ast.Sub) and number(node.left) == 1 and right.zero_one:
         tri = _COMPLEMENT.get(right.tri or "")
         return Value(zero_one=True, tri=tri, dtype=right.dtype,
