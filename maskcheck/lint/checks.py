@@ -5000,14 +5000,14 @@ class Linter:
         call = self._spread_kwargs(call)  # `block(x, **layer_kwargs)` of a dict literal
         name = self._callee_text(call)
         by_role: dict[str, list[ast.expr]] = {}
-        callees = self._callee_keys(call) if self.use_site else ()
+        callees = self._callee_keys(call) if self.use_site or self.seeds else ()
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and not (entry.role in _USE_SITE_ROLES and any(
                     (callee, entry.param) in self.use_site for callee in callees)) and not (
                     entry.role == "addmin" and any(
                         self.seeds.get(callee, {}).get(entry.param, UNKNOWN).finfo_min
-                        for callee in self._callee_keys(call))):
+                        for callee in callees)):
                 # (a parameter every call gives the same mask: reported at its use; one every
                 # call gives a finfo.min plane is summed with the other in the function's body,
                 # where MC513 is reported: TimesFM's `merge_masks(a, b)`)
