@@ -64,6 +64,7 @@ from maskcheck.lint.values import (
     root_name,
     self_attr,
     site,
+    starts_at_zero,
     token_ids_name,
 )
 from maskcheck.lint.walk import FIELDS as WALK_FIELDS
@@ -725,9 +726,10 @@ def _is_output_logits(node: ast.AST) -> bool:
 class _Checkpoint(NamedTuple):
     """The walk between two top-level statements (see `Linter.rerun`)."""
 
-    hits: int  # how many hits, `param_hits` and entered functions the walk had made
-    param_hits: int
+    hits: int  # how many hits, `param_hits`, entered functions and recorded calls the walk
+    param_hits: int  # had made
     entered: int
+    calls: int
     # a copy of the module's scope and of the Linter's attributes named in `_CARRIED`; none
     # before a statement that defines no function (`_SIMPLE_STATEMENTS`)
     module: _Scope | None = None
@@ -887,6 +889,9 @@ class Linter:
         self.record_calls = False
         self.defs: dict[tuple[str, str], list[_Signature]] = {}
         self.calls: dict[tuple[str, str], list[_Passed]] = {}
+        # ... the same calls in the order the walk made them (a second walk that skips a
+        # statement takes the first walk's calls of it: see `rerun`)
+        self.call_log: list[tuple[tuple[tuple[str, str], ...], _Passed]] = []
         self.seeds: dict[tuple[str, str], dict[str, Value]] = {}
         # MC521 at the calls of a function: the triangles already reported (one bug, however
         # many calls pass the same triangle)
@@ -1163,7 +1168,7 @@ class Linter:
     def _checkpoint(self, state: bool = True) -> _Checkpoint:
         """Between two top-level statements: the counts and (with `state`) a copy of the state
         the rest of the walk reads."""
-        counts = len(self.hits), len(self.param_hits), len(self.entered)
+        counts = len(self.hits), len(self.param_hits), len(self.entered), len(self.call_log)
         if not state:
             return _Checkpoint(*counts)
         (module,) = self.scopes
@@ -1171,8 +1176,15 @@ class Linter:
                            tuple(_copy_container(getattr(self, name)) for name in _CARRIED))
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
-        """Take the state of `checkpoint` (whose containers are used up: each serves once)."""
+        """Take the state of `checkpoint`: a copy where the first walk's checkpoints serve
+        another walk after this one (`record_calls`: the seeded walk that may be followed by a
+        third), else its containers themselves (used up: each serves once)."""
         assert checkpoint.module is not None and checkpoint.carried is not None
+        if self.record_calls:
+            self.scopes = [_copy_scope(checkpoint.module)]
+            for name, value in zip(_CARRIED, checkpoint.carried, strict=True):
+                setattr(self, name, _copy_container(value))
+            return
         self.scopes = [checkpoint.module]
         for name, value in zip(_CARRIED, checkpoint.carried, strict=True):
             setattr(self, name, value)
@@ -1201,6 +1213,12 @@ class Linter:
         self.scopes[0].node = tree
         marks = first.checkpoints
         assert marks is not None and len(marks) == len(tree.body) + 1
+        if self.record_calls:
+            # What a skipped statement records is the first walk's record of it; a statement
+            # walked again records its functions anew (see `_seeded_again`).
+            self.defs = {key: list(signatures) for key, signatures in first.defs.items()}
+            self.entry_values = dict(first.entry_values)
+            self.offset_flags = set(first.offset_flags)
         handlers = self._handlers()
         synced, behind = True, False  # the state is the first walk's / it is not set yet
         for index, statement in enumerate(tree.body):
@@ -1209,8 +1227,15 @@ class Linter:
                                   for key in first.entered[start.entered:end.entered]):
                 self.hits.extend(first.walked_hits[start.hits:end.hits])
                 self.param_hits.extend(first.param_hits[start.param_hits:end.param_hits])
+                if self.record_calls:
+                    for keys, passed in first.call_log[start.calls:end.calls]:
+                        self.call_log.append((keys, passed))
+                        for key in keys:
+                            self.calls.setdefault(key, []).append(passed)
                 behind = True
                 continue
+            if self.record_calls:
+                self._forget_records(first.entered[start.entered:end.entered])
             if behind:
                 self._restore(start)
                 behind = False
@@ -1221,6 +1246,17 @@ class Linter:
             self._restore(marks[-1])
         self._walk([(t, tree) for t in reversed(tree.type_ignores)], handlers)
         return self._finish()
+
+    def _forget_records(self, entered: Sequence[tuple[str, str]]) -> None:
+        """Before a statement is walked again: drop what the first walk recorded of the
+        functions it enters (one signature per entry), which the walk records anew."""
+        for key in entered:
+            signatures = self.defs.get(key)
+            if signatures:
+                signatures.pop()
+                if not signatures:
+                    del self.defs[key]
+            self.entry_values.pop(key, None)
 
     def _handlers(self) -> dict[type, _Handler]:
         """Node type -> what to do on entering it; every other node is only walked through."""
@@ -1497,7 +1533,8 @@ class Linter:
                 tuple(positional), tuple(a.arg for a in args.kwonlyargs),
                 {a.arg: d for a, d in defaults if d is not None},
                 args.vararg is not None or args.kwarg is not None))
-            return
+            if not self.seeds:
+                return
         seeds = self.seeds.get(key)
         if seeds:
             for param, seed in seeds.items():
@@ -1551,6 +1588,7 @@ class Linter:
             {kw.arg: (self._seed_facts(kw.value), self._passed_origin(kw.value))
              for kw in call.keywords if kw.arg is not None}, spread,
             self.scope.key if forwards is not None else None)
+        self.call_log.append((tuple(keys), passed))
         for key in keys:
             self.calls.setdefault(key, []).append(passed)
 
@@ -1647,7 +1685,12 @@ class Linter:
         anew)."""
         scope = self.scope
         attr: str | ast.expr = ""
-        if isinstance(node, ast.Call) and (reshaped := _reshaped_name(node)) is not None:
+        if isinstance(node, ast.Name) and node.id in scope.assigned and (
+                bound := scope.derived.get(node.id)) is not None and (
+                _reshaped_name(bound) is not None):
+            node = bound  # `temporal_mask = frame_keep.repeat_interleave(n, dim=0)[:, None]`
+        if isinstance(node, (ast.Call, ast.Subscript)) and (
+                reshaped := _reshaped_name(node)) is not None:
             attr, node = node, reshaped
         if isinstance(node, ast.Name) and node.id in scope.assigned and isinstance(
                 bound := scope.derived.get(node.id), ast.Subscript):
@@ -1820,7 +1863,7 @@ class Linter:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 elif pair_only:
                     facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if (
-                        facts.dtype == "int") else None)
+                        facts.dtype == "int") else None, int_on_a_path=facts.int_on_a_path)
                 elif keep_only:
                     facts = Value(dtype=facts.dtype if facts.dtype in {"bool", "int"} else None,
                                   hf_keep=facts.hf_keep, pad_keep=facts.pad_keep,
@@ -1912,7 +1955,10 @@ class Linter:
             self._contradicting_roles(done, roles)
         # (the attn_mask layout roles read no value a seed could give: they stay out of seeding)
         seeded_roles = [r for r in roles if r.role not in _LAYOUT_ROLES]
-        if self.record_calls and done.key is not None and seeded_roles:
+        if self.record_calls and done.key is not None and seeded_roles and not self.seeds:
+            # (the roles are the unseeded walk's: a seeded walk that records its calls keeps
+            # them, so a role a seed gives another parameter, `a + b` with `a` a finfo.min
+            # plane, does not take `b`'s seed away)
             self.role_params.setdefault(done.key, set()).update(r.param for r in seeded_roles)
             for r in seeded_roles:
                 self.role_kinds.setdefault((done.key, r.param), set()).add(r.role)
@@ -2004,6 +2050,10 @@ class Linter:
                     forward.inline, foreign=True)))
             elif called == "__call__" and isinstance(forward.result, Value):
                 self.bind(f"{done.name}.{called}", Value(result=forward.result))
+            elif forward.parts:
+                # `x, mel_len, mel_mask = self.variance_adaptor(x, ...)`: what each position of
+                # the tuple every return of its forward gives (FastSpeech2's length regulator)
+                self.bind(f"{done.name}.{called}", Value(parts=forward.parts))
         if done.kind == "class" and done.name and isinstance(done.node, ast.ClassDef) and any(
                 (module_dotted(b) or "").split(".")[-1] in _ENUM_BASES for b in done.node.bases):
             for stmt in done.node.body:  # `CAUSAL = "causal"`: `AttentionType.CAUSAL`
@@ -2251,7 +2301,7 @@ class Linter:
                 receiver(call) if not is_module_call(call) and not call.args else None)
             if operand is not None:
                 self._invert(ast.copy_location(ast.UnaryOp(ast.Invert(), operand), call), call)
-        elif name == "add_argument" and self.record_calls:
+        elif name == "add_argument" and self.record_calls and not self.seeds:
             self._note_option(call)
         elif name == "requires_grad_" and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
@@ -2705,7 +2755,8 @@ class Linter:
             if isinstance(part, ast.Slice) and part.lower is None and isinstance(
                     part.upper, ast.Name):
                 bound = self.scope.derived.get(part.upper.id)
-                if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add):
+                if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add) and not (
+                        starts_at_zero(bound, self.lookup)):
                     return True
         return False
 
@@ -2787,9 +2838,30 @@ class Linter:
             if facts.grad and isinstance(value, ast.Call) and (
                     call_name(value) == "Parameter" or kwarg(value, "requires_grad")):
                 self._class_scope_add(target.attr, param=True)
-            facts = _held_by_attribute(facts)
+            facts = _held_by_attribute(facts, self._read_once(target.attr, facts))
             self._class_scope_add(target.attr, value=facts)
             self.scope.values["self." + target.attr] = facts
+
+    def _read_once(self, attr: str, value: Value) -> bool:
+        """Whether `value`, stored in `self.<attr>`, holds a triangle a helper of the file made
+        (outside the function storing it) and the class reads `self.<attr>` in one place only:
+        read one way, the triangle's fix is in the helper (open_clip's `build_causal_mask`). A
+        triangle made where it is stored stays reported at its use."""
+        cls = self._class_scope()
+        node = self.scope.node
+        if value.tri_at is None or cls is None or cls.node is None or node is None or (
+                getattr(node, "lineno", 0) <= value.tri_at[0] <= (
+                    getattr(node, "end_lineno", None) or 0)):
+            return False
+        reads = 0
+        for node in ast.walk(cls.node):
+            if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(
+                    node.ctx, ast.Load) and isinstance(node.value, ast.Name) and (
+                    node.value.id == "self"):
+                reads += 1
+                if reads > 1:
+                    return False
+        return reads == 1
 
     def _class_scope(self) -> _Scope | None:
         for scope in reversed(self.scopes):
@@ -2808,7 +2880,7 @@ class Linter:
         if buffer:
             cls.buffer_attrs.add(attr)
         if value is not None:
-            value = _held_by_attribute(value)
+            value = _held_by_attribute(value, self._read_once(attr, value))
             if value:
                 cls.values["self." + attr] = value
             else:
@@ -3232,11 +3304,15 @@ class Linter:
         if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
                 node.operand) or _batch_attention_mask(node.operand))) or (
                 facts.dtype is None and (
-                    facts.collated or _batch_attention_mask(node.operand))):
+                    facts.collated or facts.int_on_a_path or _batch_attention_mask(
+                        node.operand))):
             shown = call if call is not None else node
             edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
-            self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask: "
-                        "~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() first", edit)
+            where = " on one path of the helper that made it" if facts.dtype is None and (
+                facts.int_on_a_path) else ""
+            self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask"
+                        f"{where}: ~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() "
+                        "first", edit)
 
     def _edit(self, node: ast.AST, text: str) -> Edit | None:
         end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset",
@@ -5028,7 +5104,12 @@ class Linter:
             elif passed is not None and entry.role in {"float-sdpa", "float-mha", "tri-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role in _LAYOUT_ROLES:
-                self._note_layout_role(passed, entry.role, direct=False)
+                # The use kept is where the padding mask becomes an attn_mask: passed to a
+                # parameter that says so (PaliGemma's `blk(x, attn_mask=patch_keep)`, a block
+                # its decoder also calls with a 4-D mask), else where the callee hands it on,
+                # however deep (PointMAE's SDPA under Block and TransformerEncoder).
+                self._note_layout_role(passed, entry.role, direct=False, use=(
+                    passed if "attn_mask" in entry.param.lower() else entry.use))
             elif passed is not None and entry.role == "rsub":  # reported at the subtraction
                 self._note_role(passed, "rsub", follow=False, use=entry.use)
         if self._float_mask_passed(call, name, roles):
@@ -5180,7 +5261,8 @@ class Linter:
                         "batch == queries, and then hides sequence i's padding from query i of "
                         "every sequence; pass it as key_padding_mask")
 
-    def _note_layout_role(self, mask: ast.AST, role: str, *, direct: bool = True) -> None:
+    def _note_layout_role(self, mask: ast.AST, role: str, *, direct: bool = True,
+                          use: ast.AST | None = None) -> None:
         """A parameter this function hands to SDPA's or MHA's attn_mask with its axes as the
         caller passed them (through casts and inversions, not through indexing or reshapes):
         a caller's (batch, seq) padding mask arrives there as (queries, keys)."""
@@ -5200,8 +5282,8 @@ class Linter:
             return
         position = scope.params.index(node.id) - (1 if scope.method else 0)
         if position >= 0:
-            scope.param_roles.setdefault((position, role),
-                                         _Role(position, role, mask, node.id, direct))
+            scope.param_roles.setdefault((position, role), _Role(
+                position, role, mask if use is None else use, node.id, direct))
 
     def _padding_as_attn_mask_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (batch, seq) padding mask passed for a parameter that the function hands, axes
@@ -5899,7 +5981,7 @@ def _result_of(scope: _Scope) -> Value | None:
     joined = scope.returns[0]
     for value in scope.returns[1:]:
         joined = _join(joined, value)
-    joined = _triangle_on_one_path(scope.returns, joined)
+    joined = _int_mask_on_one_path(scope.returns, _triangle_on_one_path(scope.returns, joined))
     if not joined or joined.param_roles or joined.mha or joined.api:
         return None
     # Last: most functions' returns share nothing, and this walks the whole function.
@@ -6103,6 +6185,16 @@ def _triangle_on_one_path(returns: list[Value], joined: Value) -> Value:
     return replace(joined, tri=tri, tri_at=tri_at)
 
 
+def _int_mask_on_one_path(returns: list[Value], joined: Value) -> Value:
+    """A tokenizer's (or int-cast) 0/1 mask returned on one path and bool masks on the others:
+    the caller's `~` of the result is -2/-1 on that path (MC518)."""
+    if joined.dtype is not None or len(returns) < 2 or not any(
+            v.dtype == "int" and (v.hf_keep or v.int_mask) for v in returns) or any(
+            v.dtype not in {"int", "bool"} for v in returns):
+        return joined
+    return replace(joined, int_on_a_path=True)
+
+
 def _defined_names(tree: ast.AST) -> tuple[set[str], dict[str, _ClassShape]]:
     """The names of every function and class the module defines, at any depth, and the shape
     of each class among them. A definition is a statement, so only statement lists are
@@ -6199,6 +6291,10 @@ _SEED_FACTS = frozenset({
     "wide_finfo", "dtype", "namespace", "tri_at", "floated_at",
     # a pair mask (query axis AND key axis): a padded query's row is empty (MC507)
     "pair_keep",
+    # an integer mask on one path of a helper's returns (MC518 at a `~` of it)
+    "int_on_a_path",
+    # the integer literal 0: a cache offset every call starts at (MC510 reads no cache)
+    "int_zero",
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
     "module", "mha", "member",
@@ -6294,12 +6390,13 @@ def _fills_zero(call: ast.Call) -> bool:
 _FILLS_BY_CONDITION = frozenset({"masked_fill", "masked_fill_", "where"})
 
 
-def _held_by_attribute(value: Value) -> Value:
+def _held_by_attribute(value: Value, read_once: bool = False) -> Value:
     """What `self.X` holds of a value: not where a triangle was turned, since a buffer may be
     read right on one path and wrong on another (MC521 then stays at the wrong use); except a
     True triangle on and above the diagonal (`triu` of ones with diagonal 0), which no reading
-    makes right: its fix is where it is made (MC503)."""
-    if value.tri_at is None or (value.tri == "upper" and value.hides_above):
+    makes right: its fix is where it is made (MC503); and a triangle the class reads in one
+    place only (open_clip's `build_causal_mask` buffer), whose one reading is the wrong one."""
+    if value.tri_at is None or read_once or (value.tri == "upper" and value.hides_above):
         return value
     return replace(value, tri_at=None)
 
@@ -6938,16 +7035,31 @@ def _reshaped_seed(argument: ast.expr, parameter: str, seed: Value) -> Value:
     return describe(argument, lambda name: seed if name == parameter else UNKNOWN)
 
 
-def _reshaped_name(call: ast.Call) -> ast.Name | None:
-    """The name a chain of value-keeping tensor methods starts from (`pad.repeat_interleave(n,
-    dim=0)`, `m.unsqueeze(1).expand(-1, n, -1)`), when every method keeps the values."""
-    if not (isinstance(call.func, ast.Attribute) and call.func.attr in KEEPS_VALUES):
-        return None
-    node = call.func.value
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-            node.func.attr in KEEPS_VALUES):
-        node = node.func.value
-    return node if isinstance(node, ast.Name) else None
+def _reshaped_name(node: ast.expr) -> ast.Name | None:
+    """The name a chain of value-keeping tensor methods and new-axis indexing starts from
+    (`pad.repeat_interleave(n, dim=0)`, `m.unsqueeze(1).expand(-1, n, -1)`,
+    `keep.repeat_interleave(hw, dim=0)[:, None, None, :]`), when every step keeps the values:
+    None for the name itself or a plain range of it (see `_SLICED`)."""
+    steps = 0
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in KEEPS_VALUES):
+            node = node.func.value
+        elif isinstance(node, ast.Subscript) and _new_axes_only(node.slice):
+            node = node.value
+        else:
+            break
+        steps += 1
+    return node if steps and isinstance(node, ast.Name) else None
+
+
+def _new_axes_only(key: ast.expr) -> bool:
+    """`[:, None, None, :]`, `[..., None]`: whole axes and new ones only (the values kept)."""
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    return any(is_none(p) for p in parts) and all(
+        is_none(p) or (isinstance(p, ast.Constant) and p.value is Ellipsis) or (
+            isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None)
+        for p in parts)
 
 
 def _ranges_only(key: ast.expr) -> bool:
@@ -7031,30 +7143,56 @@ def lint_tree(
         seeds = linter._seeded_parameters()
         if seeds:
             # again, each parameter holding what every call of this file passes for it
-            first, options = linter, linter.option_defaults
-            use_site = frozenset((key, param) for key, params in seeds.items()
-                                 for param in params if param in linter.role_params.get(key, ()))
-            linter = Linter(enabled, source, path)
-            linter.declare_classes(*declared)
-            linter.seeds = seeds
-            linter.use_site = use_site
-            linter.option_defaults = options
-            if isinstance(tree, ast.Module) and not options and not MODULE_ALIASES.get() and (
-                    not use_site):
-                # Only the statements the seeds change (see `Linter.rerun`). With an argparse
-                # option or a module alias, the first walk read less than this one from the
-                # start: `args.X` before its `add_argument`, `th.where` before `import torch as
-                # th`; both are only ever added to. With `use_site`, every call of such a
-                # helper reads differently (its finding moves to the helper's body), wherever
-                # the call is: the whole file is walked again.
-                hits = linter.rerun(tree, first)
-            else:
-                hits = linter.run(tree)
+            first = linter
+            linter, hits = _seeded_walk(tree, enabled, source, path, first, declared, seeds,
+                                        record=True)
+            # Once more where what the seeded walk's calls pass seeds a parameter the first
+            # walk's calls did not: a mask a seeded helper turns into another before handing it
+            # on (BLIP-2's `get_extended_attention_mask(attention_mask)`, then `layer(x,
+            # extended)`). A parameter seeded already keeps its seed: the seeded walk may link
+            # more calls to its function (through a seeded instance), and a call that passes
+            # what no walk reads would take away what the others agree on.
+            added = {key: new for key, params in linter._seeded_parameters().items()
+                     if (new := {param: facts for param, facts in params.items()
+                                 if param not in seeds.get(key, {})})}
+            if added:
+                linter, hits = _seeded_walk(tree, enabled, source, path, first, declared, {
+                    key: {**seeds.get(key, {}), **added.get(key, {})}
+                    for key in (*seeds, *(key for key in added if key not in seeds))})
         if linter.param_hits:
             hits = _without_float32_callers(tree, enabled, source, path, linter.param_hits, hits)
         return hits
     finally:
         MODULE_ALIASES.reset(token)
+
+
+def _seeded_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str, first: Linter,
+                 declared: _Declared, seeds: dict[tuple[str, str], dict[str, Value]], *,
+                 record: bool = False) -> tuple[Linter, list[Hit]]:
+    """A walk with each parameter holding what every call of this file passes for it (`seeds`),
+    recording what its own calls pass (`record`) for a next one. The parameters' roles are the
+    first (unseeded) walk's."""
+    options = first.option_defaults
+    use_site = frozenset((key, param) for key, params in seeds.items()
+                         for param in params if param in first.role_params.get(key, ()))
+    linter = Linter(enabled, source, path)
+    if record:
+        linter.role_params = first.role_params
+        linter.role_kinds = first.role_kinds
+    linter.declare_classes(*declared)
+    linter.seeds = seeds
+    linter.use_site = use_site
+    linter.option_defaults = options
+    linter.record_calls = record
+    if isinstance(tree, ast.Module) and not options and not MODULE_ALIASES.get() and (
+            not use_site):
+        # Only the statements the seeds change (see `Linter.rerun`). With an argparse option
+        # or a module alias, the first walk read less than this one from the start: `args.X`
+        # before its `add_argument`, `th.where` before `import torch as th`; both are only ever
+        # added to. With `use_site`, every call of such a helper reads differently (its finding
+        # moves to the helper's body), wherever the call is: the whole file is walked again.
+        return linter, linter.rerun(tree, first)
+    return linter, linter.run(tree)
 
 
 # The dtype named as a string (`choices=["float32", "float16"]`, `getattr(torch, "float16")`):

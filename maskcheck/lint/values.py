@@ -183,6 +183,13 @@ class Value:
     # helper returning torch.bfloat16 or None), or a tensor cast to one (`m.to(dtype=dtype)`).
     # Read only where a float32-only value meets it (MC517); kept through branch joins.
     maybe_half: bool = False
+    # An integer 0/1 mask on one path of the helper that returned it and a bool mask on the
+    # others (BLIP-2's `get_extended_attention_mask`: the tokenizer's mask reshaped for the
+    # encoder, a bool causal AND for the decoder): `~` of it is wrong on that path (MC518).
+    int_on_a_path: bool = False
+    # The integer literal 0 (`self._forward(x, 0)`): a cache offset every call gives it reads
+    # no cache (see `starts_at_zero`)
+    int_zero: bool = False
     # A torch dtype object itself (`torch.float32` held in a name or a config field,
     # `compute_dtype: torch.dtype = torch.float32`): what `.to(that)` casts to.
     names_dtype: str | None = None
@@ -690,6 +697,8 @@ def describe(node: ast.AST, lookup: Lookup) -> Value:
     if isinstance(node, (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
         return _describe_sequence(node, lookup)
     v = number(node, lookup)
+    if v == 0 and isinstance(node, ast.Constant) and type(node.value) is int:
+        return Value(number=v, int_zero=True)
     return Value(number=v) if v is not None else UNKNOWN
 
 
@@ -807,6 +816,13 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         if held:
             return held  # what this function wrote under the key (`res["mask"] = ...`)
         held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
+        if held and key.value in COLLATED_MASK_KEYS and held.dtype == "int" and not (
+                held.hf_keep_inverted or held.pad_keep or held.keep_mask or held.additive
+                or held.finfo_min or held.tri or held.hides_above or held.layout):
+            # an integer mask a tokenizer of this file returns under the tokenizer's key, built
+            # as zeros with 1 written at the real tokens (sentence-transformers' layout): the
+            # key's convention, 1 = real token
+            return replace(held, hf_keep=True, collated=True)
         if held:
             return held
         if key.value in COLLATED_MASK_KEYS:
@@ -819,7 +835,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         held = lookup(name + "[]") if name is not None else UNKNOWN
         if held:
             return held
-    if _cache_prefix(node):
+    if _cache_prefix(node, lookup):
         return Value(cached=True)
     if base.element_mha:  # `self.attention_layers[i]`: one of the attention modules
         return Value(mha=True, module=base.element_mha)
@@ -936,14 +952,23 @@ def _extension_key(key: ast.expr) -> bool:
         for p in full)
 
 
-def _cache_prefix(node: ast.Subscript) -> bool:
+def _cache_prefix(node: ast.Subscript, lookup: Lookup) -> bool:
     """`self.cache_k[:bsz, : start_pos + seqlen]`: a static KV cache read up to the new tokens
     (meta-llama's Attention.forward): the cached keys and the new ones, L != S."""
     if "cache" not in (dotted(node.value) or "").lower():
         return False
     parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     return any(isinstance(p, ast.Slice) and p.lower is None and isinstance(p.upper, ast.BinOp)
-               and isinstance(p.upper.op, ast.Add) for p in parts)
+               and isinstance(p.upper.op, ast.Add) and not starts_at_zero(p.upper, lookup)
+               for p in parts)
+
+
+def starts_at_zero(end: ast.BinOp, lookup: Lookup) -> bool:
+    """`start + n` where `start` is 0 on every call of this file (flash-rt's Cosmos reasoner
+    runs its static-cache layer only for the prefill, `self._forward(embeds, ..., 0)`): the
+    slice holds the new keys alone, L == S."""
+    return any(isinstance(term, ast.Name) and lookup(term.id).int_zero
+               for term in (end.left, end.right))
 
 
 def _square_slice(key: ast.expr) -> bool:

@@ -31,10 +31,14 @@ def _walks(source: str) -> tuple[list[Hit], list[Hit], int, int] | None:
         whole = Linter(SOURCE_CODES, source, "a.py")
         whole.declare_classes(*declared)
         whole.seeds = seeds
+        whole.record_calls = True
+        whole.role_params, whole.role_kinds = first.role_params, first.role_kinds
         expected = whole.run(tree)
         again = Linter(SOURCE_CODES, source, "a.py")
         again.declare_classes(*declared)
         again.seeds = seeds
+        again.record_calls = True
+        again.role_params, again.role_kinds = first.role_params, first.role_kinds
         walked: list[ast.AST] = []
         walk = again._walk
 
@@ -45,6 +49,9 @@ def _walks(source: str) -> tuple[list[Hit], list[Hit], int, int] | None:
         again._walk = counting  # type: ignore[method-assign]
         got = again.rerun(tree, first)
         assert again.param_hits == whole.param_hits
+        # what the calls pass, for the walk after it: the first walk's record of a skipped
+        # statement and this walk's of the others, as a whole walk records them all
+        assert again._seeded_parameters() == whole._seeded_parameters()
         assert all(any(h is hit for h in got) for hit, _ in again.param_hits)
         return expected, got, len(walked), len(tree.body)
     finally:
@@ -153,16 +160,26 @@ def _whole_second_walk(tree: ast.Module, source: str) -> list[Hit]:
     try:
         linter, hits, declared = checks.first_walk(tree, SOURCE_CODES, source, "a.py")
         seeds = linter._seeded_parameters()
-        if seeds:
-            options = linter.option_defaults
+        first = linter
+        for walk in range(2):  # the seeded walk, and once more where its calls seed more
+            if not seeds:
+                break
             use_site = frozenset((key, param) for key, params in seeds.items()
-                                 for param in params if param in linter.role_params.get(key, ()))
+                                 for param in params if param in first.role_params.get(key, ()))
             linter = Linter(SOURCE_CODES, source, "a.py")
             linter.declare_classes(*declared)
             linter.seeds = seeds
             linter.use_site = use_site
-            linter.option_defaults = options
+            linter.option_defaults = first.option_defaults
+            linter.record_calls = walk == 0
+            linter.role_params, linter.role_kinds = first.role_params, first.role_kinds
             hits = linter.run(tree)
+            added = {key: new for key, params in linter._seeded_parameters().items()
+                     if (new := {param: facts for param, facts in params.items()
+                                 if param not in seeds.get(key, {})})} if walk == 0 else {}
+            seeds = {key: {**seeds.get(key, {}), **added.get(key, {})}
+                     for key in (*seeds, *(key for key in added if key not in seeds))
+                     } if added else {}
         if linter.param_hits:
             hits = checks._without_float32_callers(tree, SOURCE_CODES, source, "a.py",
                                                    linter.param_hits, hits)
@@ -186,7 +203,7 @@ def test_every_linter_attribute_is_classified() -> None:
     output = {"hits", "param_hits", "walked_hits", "scopes"}
     recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
                 "offset_flags", "_method_roles", "_method_values", "_function_roles",
-                "entered"}
+                "entered", "call_log"}
     # keyed by an `if` or statement node, set and read within it
     within = {"_branch_marks", "_branch_values", "_joins", "_narrowed", "_unset", "_snapshots",
               "_neutral_defaults", "_before_if", "_after_body"}
@@ -250,3 +267,34 @@ def other(w):
     tree = ast.parse(clamped)
     entered = [n.name for n in checks._statements_on(tree, [11]) if isinstance(n, ast.FunctionDef)]
     assert entered == ["clamp"]
+
+
+def test_the_first_walks_checkpoints_serve_a_second_rerun() -> None:
+    """The seeded walk that records its calls restores copies of the first walk's states, so a
+    third walk can start from them again (BART's MC506 was lost when they were used up)."""
+    compared = 0
+    for name, source in _sources():
+        tree = ast.parse(source)
+        token = MODULE_ALIASES.set({})
+        try:
+            first, _, declared = checks.first_walk(tree, SOURCE_CODES, source, "a.py")
+            seeds = first._seeded_parameters()
+            if not seeds or first.option_defaults or MODULE_ALIASES.get():
+                continue
+            hits = []
+            for record in (True, False):
+                linter = Linter(SOURCE_CODES, source, "a.py")
+                linter.declare_classes(*declared)
+                linter.seeds = seeds
+                linter.record_calls = record
+                linter.role_params, linter.role_kinds = first.role_params, first.role_kinds
+                hits.append(linter.rerun(tree, first))
+            whole = Linter(SOURCE_CODES, source, "a.py")
+            whole.declare_classes(*declared)
+            whole.seeds = seeds
+            expected = whole.run(tree)
+            assert hits[0] == hits[1] == expected, name
+            compared += 1
+        finally:
+            MODULE_ALIASES.reset(token)
+    assert compared >= 20
