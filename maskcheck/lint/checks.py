@@ -3098,6 +3098,8 @@ class Linter:
                     # `scores - 1e9 * (1 - m)`: the scores' dtype is the one that matters
                     self._large_negative(big, "an additive mask", node.left)
         left = node.left
+        if self._numpy_made(right if isinstance(left, ast.Constant) else left):
+            return  # numpy computes `1 - bool_array` (an int array): MC512 is torch's
         if isinstance(right, ast.Constant) and number(right) is not None and self.value(
                 left).dtype == "bool":
             # `padding_mask.unsqueeze(-1) - 1` (chatglm3-base-tuning#1) raises just the same
@@ -3118,6 +3120,14 @@ class Linter:
                         f"`{self._text(node)}` "
                         "raises in torch (no `-` on bool); invert it with `~` or "
                         "logical_not()", edit)
+
+    def _numpy_made(self, node: ast.AST) -> bool:
+        """A numpy call (`np.logical_or(a, b)`), or a name this function bound to one: an
+        array, not a torch tensor (opensportslib's `1 - np.logical_or(...)`)."""
+        if isinstance(node, ast.Name) and node.id in self.scope.assigned:
+            node = self.scope.derived.get(node.id, node)
+        return isinstance(node, ast.Call) and (module_dotted(node.func) or "").split(".")[0] in {
+            "np", "numpy", "jnp"}
 
     def _bound_for_bool_uses(self, node: ast.AST, parent: ast.AST | None) -> bool:
         """`inv = 1 - keep` where every read of `inv` in this function takes a bool (see
