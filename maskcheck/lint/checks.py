@@ -2154,6 +2154,16 @@ class Linter:
             self._branch_marks.pop(id(stmt), None)
             body = self._branch_values.pop((id(stmt), name), UNKNOWN)
             other = self.scope.values.get(name, UNKNOWN)
+            # A branch that binds None adds nothing: where the name is used as a tensor, the
+            # other branch gave it (Swin-UNETR's `attn_mask = mask_matrix` / `shifted_x,
+            # attn_mask = x, None`, then `self.attn(x, mask=attn_mask)`), as for `a if t else
+            # None` (values' `_either`)
+            if _branch_binds_none(node.orelse, name) and not _branch_binds_none(
+                    node.body, name):
+                other = body
+            elif _branch_binds_none(node.body, name) and node.orelse and not (
+                    _branch_binds_none(node.orelse, name)):
+                body = other
             joined = _join(body, other)
             if not joined.float01 and joined.float01_at is None:
                 made: ast.AST | None = None
@@ -7084,6 +7094,30 @@ def _padding_float01(value: Value) -> bool:
     branch of an `if` may leave where another leaves an additive mask (`Value.float01_at`)."""
     return value.float01 and value.padding01 and not value.all_ones and (
         value.dtype not in {"bool", "int"})
+
+
+def _branch_binds_none(body: list[ast.stmt], name: str) -> bool:
+    """Whether the last statement of a branch's block that binds `name` binds it to None
+    (`x = None`, `y, x = y0, None`); False where a nested block binds it after."""
+    bound = False
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name) and target.id == name:
+                    bound = is_none(stmt.value)
+                elif isinstance(target, ast.Tuple) and any(
+                        isinstance(e, ast.Name) and e.id == name for e in target.elts):
+                    bound = isinstance(stmt.value, ast.Tuple) and len(stmt.value.elts) == len(
+                        target.elts) and any(
+                        isinstance(e, ast.Name) and e.id == name and is_none(v)
+                        for e, v in zip(target.elts, stmt.value.elts, strict=True))
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(
+                stmt.target, ast.Name) and stmt.target.id == name:
+            bound = isinstance(stmt, ast.AnnAssign) and stmt.value is not None and is_none(
+                stmt.value)
+        elif name in _stored_names(stmt):
+            bound = False  # bound inside a nested block, a loop, a with: not read here
+    return bound
 
 
 def _last_binding(body: list[ast.stmt], name: str) -> ast.stmt | None:

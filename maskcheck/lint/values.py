@@ -859,7 +859,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
-    layout = _indexed_layout(base.layout, key)
+    layout = _indexed_layout(_tokenizer_layout(base) if any(is_none(p) for p in (
+        key.elts if isinstance(key, ast.Tuple) else [key])) else base.layout, key)
     return replace(base, tri=tri, tri_at=base.tri_at if tri else None, tokens=False, api=None,
                    mha=False, number=None, layout=layout,
                    layout_at=_layout_made(base, layout, node))
@@ -900,6 +901,16 @@ def _layout_made(base: Value, layout: str | None, node: ast.AST) -> tuple[int, i
     if layout == "B1S1" and base.layout != "B1S1":
         return site(node)
     return base.layout_at
+
+
+def _tokenizer_layout(base: Value) -> str | None:
+    """A mask's layout, or (batch, seq) for a tokenizer's mask whose layout nothing here showed:
+    read only as the layout that new axes make of it (`.unsqueeze(1).unsqueeze(3)`,
+    `[:, None, :, None]`: TAPAS's query-axis mask, MC514), which put on a mask of more axes
+    would make a tensor of five or six."""
+    if base.layout is None and base.hf_keep:
+        return "BS"
+    return base.layout
 
 
 def _unsqueezed_layout(layout: str | None, call: ast.Call) -> str | None:
@@ -2054,7 +2065,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
-            base.layout, call) if name == "unsqueeze" else None
+            _tokenizer_layout(base), call) if name == "unsqueeze" else None
         return replace(base, tokens=False, api=None, mha=False, grad=grad, layout=layout,
                        layout_at=_layout_made(base, layout, call))
     if name in _TRANSPOSES:
