@@ -2158,11 +2158,12 @@ class Linter:
             # other branch gave it (Swin-UNETR's `attn_mask = mask_matrix` / `shifted_x,
             # attn_mask = x, None`, then `self.attn(x, mask=attn_mask)`), as for `a if t else
             # None` (values' `_either`)
-            if _branch_binds_none(node.orelse, name) and not _branch_binds_none(
-                    node.body, name):
+            # (None binds nothing, so only a join of something with nothing is looked at)
+            if body and not other and _branch_binds_none(node.orelse, name) and not (
+                    _branch_binds_none(node.body, name)):
                 other = body
-            elif _branch_binds_none(node.body, name) and node.orelse and not (
-                    _branch_binds_none(node.orelse, name)):
+            elif other and not body and node.orelse and _branch_binds_none(
+                    node.body, name) and not _branch_binds_none(node.orelse, name):
                 body = other
             joined = _join(body, other)
             if not joined.float01 and joined.float01_at is None:
