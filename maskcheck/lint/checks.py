@@ -1215,7 +1215,7 @@ class Linter:
         assert marks is not None and len(marks) == len(tree.body) + 1
         if self.record_calls:
             # What a skipped statement records is the first walk's record of it; a statement
-            # walked again records its functions anew (see `_seeded_again`).
+            # walked again records its functions anew (the third walk: see `lint_tree`).
             self.defs = {key: list(signatures) for key, signatures in first.defs.items()}
             self.entry_values = dict(first.entry_values)
             self.offset_flags = set(first.offset_flags)
@@ -2865,10 +2865,10 @@ class Linter:
                     getattr(node, "end_lineno", None) or 0)):
             return False
         reads = 0
-        for node in ast.walk(cls.node):
-            if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(
-                    node.ctx, ast.Load) and isinstance(node.value, ast.Name) and (
-                    node.value.id == "self"):
+        for read in ast.walk(cls.node):
+            if isinstance(read, ast.Attribute) and read.attr == attr and isinstance(
+                    read.ctx, ast.Load) and isinstance(read.value, ast.Name) and (
+                    read.value.id == "self"):
                 reads += 1
                 if reads > 1:
                     return False
