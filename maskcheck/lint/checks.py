@@ -3137,8 +3137,7 @@ class Linter:
         array, not a torch tensor (opensportslib's `1 - np.logical_or(...)`)."""
         if isinstance(node, ast.Name) and node.id in self.scope.assigned:
             node = self.scope.derived.get(node.id, node)
-        return isinstance(node, ast.Call) and (module_dotted(node.func) or "").split(".")[0] in {
-            "np", "numpy", "jnp"}
+        return isinstance(node, ast.Call) and _numpy_call(node)
 
     def _bound_for_bool_uses(self, node: ast.AST, parent: ast.AST | None) -> bool:
         """`inv = 1 - keep` where every read of `inv` in this function takes a bool (see
@@ -3883,7 +3882,7 @@ class Linter:
         return node
 
     def _full(self, call: ast.Call, name: str) -> None:
-        if (module_dotted(call.func) or "").split(".")[0] in {"np", "jnp"}:
+        if _numpy_call(call):
             return  # `np.full(vocab, -1e10, dtype="float32")`: numpy's, no torch float16 here
         if name in {"full", "full_like", "new_full"}:
             self._wide_finfo_full(call, name)
@@ -6204,6 +6203,11 @@ def _triangle_on_one_path(returns: list[Value], joined: Value) -> Value:
             for v in returns):
         return joined
     return replace(joined, tri=tri, tri_at=tri_at)
+
+
+def _numpy_call(call: ast.Call) -> bool:
+    """`np.full(...)`, `numpy.logical_or(...)`, `jnp.where(...)`: an array function, not torch's."""
+    return (module_dotted(call.func) or "").split(".")[0] in {"np", "numpy", "jnp"}
 
 
 def _int_mask_on_one_path(returns: list[Value], joined: Value) -> Value:
