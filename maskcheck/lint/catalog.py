@@ -21,7 +21,9 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "nearest folder above it with .git, pyproject.toml, setup.py or setup.cfg: sources, "
     "notebooks, configs, scripts, docs; not tests, nor a .py file's comments and docstrings) "
     "mentions `torch.float16`, `.half()`, fp16, autocast, apex's amp or mixed precision (not "
-    "bfloat16's autocast, a disabled one, a dtype list or a GradScaler alone). A file in no "
+    "bfloat16's autocast, a disabled one, a dtype list or a GradScaler alone); where only "
+    "Python files of the project say so, one of them must import this file, directly or "
+    "through others (a trainer's autocast runs the models it imports). A file in no "
     "project is always checked. The "
     "forms that give -inf in float16 instead of raising (a bias product, a difference, "
     "torch.where, an indexed write) are reported only where the file itself speaks of float16.",

@@ -204,6 +204,9 @@ class _Scope:
     # MC520: softmax results of such a product -> the product; reported when the scope ends
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
+    # Names handed on as `name[:, None, None, :]` (see `Linter._note_key_axes`): where, and the
+    # value the name held then (a rebinding since makes it another tensor).
+    key_axes: dict[str, tuple[tuple[int, int, int], Value]] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
     # Function scopes: each return that is a tuple, as what each of its elements gives.
     tuple_returns: list[tuple[Value, ...]] = field(default_factory=list)
@@ -511,14 +514,21 @@ _INPLACE_WRITES = frozenset({"fill_", "masked_fill_", "copy_", "zero_", "index_f
                              "scatter_", "index_put_"})
 
 
+# The masks a model's entry point takes as the tokenizer gives them (Hugging Face's
+# `T5Stack.forward(input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask)`).
+_TOKENIZER_MASKS = frozenset({"attention_mask", "encoder_attention_mask"})
+
+
 def _tokenizer_pair(names: Iterable[str], param: str, known: Value | None) -> Value | None:
     """`forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token (or
     Hugging Face's `inputs_embeds` in place of the ids, Decision Transformer's), for a mask
     parameter known no better than as a tensor; every call passing an int tensor (a
-    collator's `torch.zeros(..., dtype=torch.long)`) says the same. None otherwise."""
+    collator's `torch.zeros(..., dtype=torch.long)`) says the same. So too the
+    `encoder_attention_mask` beside them (an encoder-decoder's entry point, where a layer's
+    parameter of that name is already inverted). None otherwise."""
     names = tuple(names)
-    if param != "attention_mask" or param not in names or not any(
-            token_ids_name(n) or n == "inputs_embeds" for n in names) or (
+    if param not in _TOKENIZER_MASKS or param not in names or "attention_mask" not in names or (
+            not any(token_ids_name(n) or n == "inputs_embeds" for n in names)) or (
             known not in (*PARAMETER_VALUES, _INT_ONLY)):
         return None
     return Value(hf_keep=True, dtype="int" if known == _INT_ONLY else None)
@@ -748,7 +758,7 @@ _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_
            "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
-           "_written_outside", "_instances")
+           "_written_outside", "_instances", "_embedding_calls", "_key_axes_text")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -849,6 +859,10 @@ class Linter:
         self._class_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
+        # Whether the module's text can hold `m[:, None, None, :]` (see `_adds_key_axes`).
+        self._key_axes_text: bool | None = None
+        # (line, name) of the module's calls of an embedding (see `_embedded_parameters`).
+        self._embedding_calls: list[tuple[int, str]] | None = None
         self._written_outside: frozenset[str] | None = None  # see `_outside_writes`
         self._local_classes: dict[str, _ClassShape] = {}  # the classes among them
         # Names of the functions of this file (no import binds them): a bare call of one is
@@ -1510,9 +1524,13 @@ class Linter:
                 scope.masking_defaults[arg.arg] = v
         if not isinstance(node, ast.Lambda):
             self._enter_signature(node, scope, args, defaults)
+            for param in self._embedded_parameters(node, params):
+                if scope.values.get(param) in (UNKNOWN, TENSOR):
+                    scope.values[param] = Value(token_ids=True)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-        if paired := _tokenizer_pair(names, "attention_mask", scope.values.get("attention_mask")):
-            scope.values["attention_mask"] = paired
+        for mask in _TOKENIZER_MASKS:
+            if paired := _tokenizer_pair(names, mask, scope.values.get(mask)):
+                scope.values[mask] = paired
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
 
@@ -1580,11 +1598,14 @@ class Linter:
         call = self._spread_kwargs(call, returned=True)
         # (a function without a key has no calls recorded: what it forwards stays unknown)
         forwards = self._forwarded_kwargs_name(call) if self.scope.key is not None else None
-        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
+        unpacked = self._unpacked_parts(call)
+        args = call.args[:-1] if unpacked else call.args
+        spread = any(isinstance(a, ast.Starred) for a in args) or any(
             kw.arg is None and not (isinstance(kw.value, ast.Name) and kw.value.id == forwards)
             for kw in call.keywords)
         passed = _Passed(
-            tuple((self._seed_facts(a), self._passed_origin(a)) for a in call.args),
+            tuple((self._seed_facts(a), self._passed_origin(a)) for a in args) + tuple(
+                (_seedable(part or UNKNOWN), None) for part in unpacked),
             {kw.arg: (self._seed_facts(kw.value), self._passed_origin(kw.value))
              for kw in call.keywords if kw.arg is not None}, spread,
             self.scope.key if forwards is not None else None)
@@ -1671,6 +1692,62 @@ class Linter:
                 if func.attr in self._local_classes[owner].methods:
                     key = (owner, func.attr)
         return key
+
+    def _note_key_axes(self, call: ast.Call) -> None:
+        """`layer(x, src_mask=keep[:, None, None, :])`: a name of this function handed on with
+        SDPA's head and query axes added holds (batch, seq) (a tensor of more axes would give
+        one of six), which a later call that passes it bare hands to SDPA as (queries, keys)
+        (3DETR's `memory_mask=enc_keep`, MC515)."""
+        scope = self.scope
+        if scope.kind != "function" or not self._adds_key_axes():
+            return
+        for arg in (*call.args, *(kw.value for kw in call.keywords)):
+            if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and (
+                    _key_axes_added(arg.slice)) and arg.value.id not in scope.key_axes and (
+                    held := scope.values.get(arg.value.id)) is not None and (
+                    held.layout is None and not held.tri and not held.additive):
+                scope.key_axes[arg.value.id] = (site(arg), held)
+
+    def _adds_key_axes(self) -> bool:
+        """Whether the module's text can hold a `[:, None, None, :]` subscript
+        (`_KEY_AXES_TEXT`): where it cannot, `_note_key_axes` has nothing to note."""
+        if self._key_axes_text is None:
+            self._key_axes_text = _KEY_AXES_TEXT.search(self.source) is not None
+        return self._key_axes_text
+
+    def _embedded_parameters(self, node: ast.FunctionDef | ast.AsyncFunctionDef,
+                             params: tuple[str, ...]) -> set[str]:
+        """The function's parameters its body hands to an embedding (`_embedding_calls`, read
+        once per module): token ids."""
+        if self._embedding_calls is None:
+            self._embedding_calls = _embedding_calls(self._tree) if self._tree else []
+        if not self._embedding_calls:
+            return set()
+        # the lines of the definition, decorators included, are its nodes' and no other's (a
+        # compound statement has lines of its own): the same calls as a walk of `node` gives
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        last = getattr(node, "end_lineno", None) or node.lineno
+        names = set(params) | {a.arg for a in node.args.kwonlyargs}
+        return {name for line, name in self._embedding_calls
+                if first <= line <= last and name in names}
+
+    def _unpacked_parts(self, call: ast.Call) -> tuple[Value, ...]:
+        """`model(*collate(batch))`, `model(*collate(batch)[:3])`: the positions of the tuple a
+        function of this file returns, as the call's last arguments; () for any other call."""
+        last = call.args[-1] if call.args else None
+        if not isinstance(last, ast.Starred):
+            return ()
+        inner, stop = last.value, None
+        if isinstance(inner, ast.Subscript) and isinstance(inner.slice, ast.Slice) and (
+                inner.slice.lower is None and inner.slice.step is None):
+            stop = number(inner.slice.upper) if inner.slice.upper is not None else None
+            if stop is None or stop != int(stop) or stop < 0:
+                return ()
+            inner = inner.value
+        if not isinstance(inner, ast.Call):
+            return ()
+        parts = self._returned_parts(inner)
+        return tuple(parts[:int(stop)]) if stop is not None else tuple(parts)
 
     def _seed_facts(self, node: ast.AST) -> Value:
         return _seedable(self._bound_facts(node) if isinstance(node, ast.expr) else self.value(
@@ -2257,6 +2334,7 @@ class Linter:
     def _call(self, call: ast.Call, parent: ast.AST | None) -> None:
         if self.calls_to is not None:
             self._record_call(call)
+        self._note_key_axes(call)
         if self.record_calls:
             self._record_passed(call)
         name = call_name(call, self.lookup)
@@ -2537,6 +2615,12 @@ class Linter:
     def _bound_facts(self, value: ast.expr) -> Value:
         """What a name bound to `value` holds: its facts, and what an instance or a container
         of a class of this file (or of torch's attention modules) is."""
+        if isinstance(value, ast.IfExp):
+            kept = [b for b in (value.body, value.orelse) if not is_none(b)]
+            if len(kept) == 1:
+                # `T5CrossAttention(cfg) if is_decoder else None`: where it is called, it is
+                # the instance
+                value = kept[0]
         facts = self.value(value)
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
@@ -5011,6 +5095,16 @@ class Linter:
         if node is None:
             return
         found = self._raw_parameter(node) if raw else self._parameter_behind(node, follow=follow)
+        if found is None and scope.kind == "function" and not scope.name and len(
+                self.scopes) > 1 and isinstance(node, ast.Name) and node.id not in scope.values:
+            # `sublayer(x, lambda _x: self.attn(_x, _x, _x, mask=mask))` (the annotated
+            # transformer, BERT4Rec): the lambda hands on a parameter of the function around it
+            self.scopes.pop()
+            try:
+                self._note_role(node, role, follow=follow, use=use, raw=raw, direct=direct)
+            finally:
+                self.scopes.append(scope)
+            return
         if found is None:
             return
         param, inverted = found
@@ -5310,6 +5404,17 @@ class Linter:
         unchanged, to SDPA's or MHA's attn_mask (MC515), reported at the argument."""
         for entry in roles:
             arg = _role_argument(call, entry) if entry.role in _LAYOUT_ROLES else None
+            shown = self.scope.key_axes.get(arg.id) if isinstance(arg, ast.Name) else None
+            if isinstance(arg, ast.Name) and shown is not None and (
+                    shown[1] is self.scope.values.get(arg.id)) and (
+                    self.value(arg).layout is None):
+                # this function passes the same mask with the axes added elsewhere (3DETR's
+                # encoder layers): the bare one here is the slip
+                self._padding_as_attn_mask(arg, entry.role, f" (line {shown[0][0]} adds its "
+                                           f"head and query axes), and "
+                                           f"{self._callee_text(call)}() hands it on as "
+                                           "attn_mask")
+                return
             if arg is not None and self.value(arg).layout == "BS":
                 name = self._callee_text(call)
                 if not entry.direct:
@@ -5651,6 +5756,34 @@ def _mul_call_as_binop(value: ast.expr) -> ast.BinOp | None:
     else:
         return None
     return ast.copy_location(ast.BinOp(left, ast.Mult(), right), value)
+
+
+# Embeddings of positions, times and patches take other integers than token ids.
+_NOT_TOKEN_EMBEDDINGS = ("pos", "time", "step", "patch", "rotary", "sinus", "freq", "rel")
+
+
+# The text every `[:, None, None, :]` subscript holds, whatever its spacing: `None`, a comma
+# and `None`, with only spaces, line breaks, backslashes and comments between.
+_KEY_AXES_TEXT = re.compile(r"None\s*,(?:\s|\\|#[^\n]*)*None")
+
+
+def _key_axes_added(key: ast.expr) -> bool:
+    """`[:, None, None, :]`: a (batch, seq) tensor given the head and query axes."""
+    return isinstance(key, ast.Tuple) and len(key.elts) == 4 and all(
+        isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
+        for e in (key.elts[0], key.elts[3])) and is_none(key.elts[1]) and is_none(key.elts[2])
+
+
+def _embedding_calls(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of each call that hands a bare name as the first argument to an embedding
+    (`self.embedding(x)`, `self.item_emb(seq)`, `F.embedding(ids, w)`): token ids."""
+    found: list[tuple[int, str]] = []
+    for sub in subnodes(tree):
+        if isinstance(sub, ast.Call) and sub.args and isinstance(sub.args[0], ast.Name):
+            callee = (last_name(sub.func) or "").lower()
+            if "emb" in callee and not any(word in callee for word in _NOT_TOKEN_EMBEDDINGS):
+                found.append((sub.lineno, sub.args[0].id))
+    return found
 
 
 def _dtype_tested(function: ast.AST | None, name: str) -> bool:

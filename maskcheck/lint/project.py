@@ -15,9 +15,11 @@ whole (50,000 files or 256 MiB), counts as one that may run float16: the finding
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import tokenize
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,14 +74,37 @@ _AUTOCAST_OFF = re.compile(rb"enabled\s*=\s*False")
 _AUTOCAST_CALL = re.compile(r"\bautocast\(")
 
 
+# `.to(dtype)` / `.to(dtype=dtype)` of a name, and that name given a half dtype in the same
+# source (`def __init__(self, model, dtype=torch.float16)`, `dtype = torch.bfloat16`).
+_CAST_TO_NAME = re.compile(r"\.to\((?:dtype\s*=\s*)?([A-Za-z_]\w*)\s*\)")
+
+
+# `.to(dtype=getattr(torch, dtype))` (or of torch's alias) in a source that names a half dtype
+# as a string (`for dtype in ("float32", "float16")`, a `--dtype float16` choice).
+_CAST_TO_NAMED = re.compile(r"\.to\((?:dtype\s*=\s*)?getattr\(\s*\w+\s*,")
+_HALF_NAME = re.compile(r"[\"'](?:float16|half|bfloat16)[\"']")
+
+
+def _half_binding(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.]){re.escape(name)}\s*(?::\s*[\w.]+\s*)?=\s*\w+\."
+                      r"(?:float16|half|bfloat16)\b")
+
+
 def casts_half(source: str) -> bool:
-    """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`) or runs
-    code under an autocast, not counting an autocast switched off in its call
-    (`autocast(..., dtype=torch.float16, enabled=False)`) or one to a full-precision dtype."""
+    """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`,
+    `.to(dtype)` of a name bound to one in the source, `.to(getattr(torch, name))` in a source
+    that names one as a string) or runs code under an autocast, not
+    counting an autocast switched off in its call (`autocast(..., dtype=torch.float16,
+    enabled=False)`) or one to a full-precision dtype."""
     data: bytes | None = None
     for match in HALF_CAST.finditer(source):
         if not match.group().startswith("autocast("):
             return True
+    for name in {m.group(1) for m in _CAST_TO_NAME.finditer(source)}:
+        if _half_binding(name).search(source):
+            return True
+    if _CAST_TO_NAMED.search(source) and _HALF_NAME.search(source):
+        return True
     for match in _AUTOCAST_CALL.finditer(source):
         if data is None:
             data = source.encode("utf-8", "replace")
@@ -109,14 +134,39 @@ def project_root(path: str) -> Path | None:
 
 
 def may_run_float16(path: str) -> bool:
-    """False only when `path` is in a project that nowhere mentions float16."""
+    """False only when `path` is in a project that nowhere mentions float16, or whose only
+    float16 evidence is Python code (a trainer's autocast, a `.half()`) that imports neither
+    this file nor anything that imports it: a float16 switch runs the models its code
+    reaches, and a sibling tool's switch (convlab's BERT runners beside its float32 DAMD)
+    runs no model of this file. A config, script, notebook or document that speaks of float16
+    may run any model of the project (fairseq's `--fp16`, mmf's `training.fp16`)."""
     root = project_root(path)
-    return root is None or _project_mentions_float16(str(root))
+    if root is None:
+        return True
+    evidence = _project_evidence(str(root))
+    if evidence.anywhere:
+        return True
+    if not evidence.python:
+        return False
+    return os.path.realpath(path) in _imported_from(str(root), evidence.python)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What a project's files say of float16: `anywhere` when a non-Python file (or a project
+    too big to read) says it may run, else the Python files that say so, and every Python file
+    of the project (what their imports can name)."""
+
+    anywhere: bool
+    python: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=64)
-def _project_mentions_float16(root: str) -> bool:
+def _project_evidence(root: str) -> _Evidence:
     seen = read = 0
+    python: list[str] = []
+    sources: list[str] = []
     stack = [root]
     while stack:
         try:
@@ -137,22 +187,115 @@ def _project_mentions_float16(root: str) -> bool:
                     continue
                 seen += 1
                 if seen > MAX_FILES:
-                    return True
+                    return _Evidence(anywhere=True)
+                source = entry.name.endswith((".py", ".pyi"))
+                if source:
+                    sources.append(os.path.realpath(entry.path))
                 if _is_test_file(entry.name):
                     continue
                 with open(entry.path, "rb") as f:
                     data = f.read(MAX_BYTES_PER_FILE)
+                if entry.name.lower().endswith(".ipynb"):
+                    data = _cell_sources(data)
                 # A .py file's comments and docstrings are prose about its own code, often
                 # about another dtype ("fp32 to fp16 under AMP" in a bfloat16-only model).
-                source = entry.name.endswith((".py", ".pyi"))
                 if mentions_float16(data, prose=not source, python=source):
-                    return True
+                    if not source:
+                        return _Evidence(anywhere=True)
+                    python.append(sources[-1])
                 read += len(data)
                 if read > MAX_BYTES:
-                    return True
+                    return _Evidence(anywhere=True)
             except OSError:
                 continue
-    return False
+    return _Evidence(anywhere=False, python=tuple(python), sources=tuple(sources))
+
+
+def _cell_sources(data: bytes) -> bytes:
+    """A notebook's cells, without their outputs: a base64 PNG in an output holds "fp16" by
+    chance (sbi's diagnostics tutorial). A file that is not a notebook's JSON is read whole."""
+    try:
+        cells = json.loads(data).get("cells")
+        return "\n".join("".join(cell["source"]) if isinstance(cell["source"], list)
+                         else str(cell["source"]) for cell in cells).encode("utf-8", "replace")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return data
+
+
+# The modules a Python source imports, read off its text: `import a.b as c, d`,
+# `from ..a import (b, c)`, `importlib.import_module("a.b")`. A line inside a string counts too,
+# which can only add reach (and so keep a finding).
+_IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)"
+                      r"|import[ \t]+([^\n#;]*))", re.MULTILINE)
+_IMPORT_MODULE = re.compile(r"import_module\(\s*[\"']([\w.]+)[\"']")
+
+
+def _imported_names(text: str) -> list[tuple[int, str]]:
+    """(level, dotted name) of everything `text` imports; a `from` import gives its module and
+    each name under it (`from pkg import mod` imports pkg/mod.py)."""
+    names: list[tuple[int, str]] = []
+    for match in _IMPORTS.finditer(text):
+        dots, module, imported, plain = match.groups()
+        if plain is not None:
+            names += [(0, part.split()[0]) for part in plain.split(",") if part.split()]
+            continue
+        level = len(dots)
+        names.append((level, module))
+        for part in imported.strip("()").split(","):
+            words = part.split()
+            if words and words[0] != "*":
+                names.append((level, f"{module}.{words[0]}" if module else words[0]))
+    names += [(0, m.group(1)) for m in _IMPORT_MODULE.finditer(text)]
+    return names
+
+
+@lru_cache(maxsize=64)
+def _imported_from(root: str, starts: tuple[str, ...]) -> frozenset[str]:
+    """The Python files of the project that `starts` import, directly or through others, with
+    the packages' `__init__.py` an import runs. An absolute import names every file whose path
+    ends with its dotted name (the project's import roots are not known: `src/`, a script's
+    folder), which can only add reach."""
+    sources = _project_evidence(root).sources
+    by_name: dict[str, list[str]] = {}
+    for path in sources:
+        parts = os.path.relpath(path, root)[:-3].split(os.sep)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        for i in range(len(parts)):
+            by_name.setdefault(".".join(parts[i:]), []).append(path)
+    known = set(sources)
+    reached = set(starts)
+    stack = list(starts)
+    while stack:
+        path = stack.pop()
+        try:
+            with open(path, "rb") as f:
+                text = f.read(MAX_BYTES_PER_FILE).decode("utf-8", "replace")
+        except OSError:
+            continue
+        here = os.path.dirname(path)
+        for level, name in _imported_names(text):
+            if level:
+                base = here
+                for _ in range(level - 1):
+                    base = os.path.dirname(base)
+                target = os.path.join(base, *name.split(".")) if name else base
+                found = [p for p in (target + ".py", os.path.join(target, "__init__.py"))
+                         if p in known]
+            else:
+                found = by_name.get(name, [])
+            for module in found:
+                # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+                package = os.path.dirname(module)
+                chain = [module]
+                while len(package) > len(root) and os.path.join(package, "__init__.py") in known:
+                    chain.append(os.path.join(package, "__init__.py"))
+                    package = os.path.dirname(package)
+                for step in chain:
+                    if step not in reached:
+                        reached.add(step)
+                        stack.append(step)
+    return frozenset(reached)
 
 
 def mentions_float16(data: bytes, *, prose: bool = True, python: bool = True,

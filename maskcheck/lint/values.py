@@ -107,6 +107,9 @@ class Value:
     # Position indices: `torch.arange(n)`, through reshapes and names (fastNLP's
     # `broad_cast_seq_len = torch.arange(max_len).expand(b, -1)`), compared with lengths.
     positions: bool = False
+    # Token ids by their use: a parameter the function hands to an embedding (`x ==` 0 before
+    # `x = self.embedding(x)`, BERT4Rec's item ids) is compared with 0 as a padding test.
+    token_ids: bool = False
     # A float tensor of 0s and 1s by evidence: a bool, 0/1 or tokenizer mask cast to a float
     # dtype (`.float()`, `.to(q.dtype)`, `.type_as(scores)`); SDPA and `scores +` add it (MC508).
     float01: bool = False
@@ -1219,7 +1222,7 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
         out = replace(out, layout=_batch_by_sequence(left, right))
         return replace(out, hf_keep_inverted=True) if past_length else replace(out, pad_keep=True)
     layout = _batch_by_sequence(left, right) if lv.layout is None else lv.layout
-    if _is_pad_test(left, right):
+    if _is_pad_test(left, right) or (lv.token_ids and number(right) == 0):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True, layout=layout)
         if isinstance(op, ast.NotEq) or (isinstance(op, ast.Gt) and number(right) == 0):

@@ -79,10 +79,61 @@ def test_reported_once_the_project_mentions_float16(tmp_path: Path,
                                                      evidence: tuple[str, str]) -> None:
     proj = make_project(tmp_path)
     name, text = evidence
+    if name.endswith(".py"):
+        # Python's float16 switch runs the models it imports (see the tests below)
+        text = "from model.attention import attention\n" + text
     (proj / name).parent.mkdir(parents=True, exist_ok=True)
     (proj / name).write_text(text)
     assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
     assert check(Path("model/attention.py"), cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
+# convlab: the float16 switches are Python code (a BERT runner's `--fp16`, a trainer's
+# autocast) that imports other models; the float32-only DAMD beside them is never run in float16.
+@pytest.mark.parametrize("imports", [
+    "",
+    "import torch\n",
+    "from other.attention import attention\n",  # another package's module of the same name
+    "# from model.attention import attention\n",
+])
+def test_a_python_switch_that_reaches_no_import_of_the_file(tmp_path: Path,
+                                                            imports: str) -> None:
+    proj = make_project(tmp_path)
+    (proj / "other").mkdir()
+    (proj / "other" / "attention.py").write_text("x = 1\n")
+    (proj / "runner.py").write_text(imports + "model = model.half()\n")
+    assert check(proj, cwd=proj) == []
+    assert check(Path("model/attention.py"), cwd=proj) == []
+
+
+@pytest.mark.parametrize("files", [
+    # directly, by its dotted name or a name under its package
+    {"train.py": "import model.attention\nmodel = model.half()\n"},
+    {"train.py": "from model import attention\nmodel = model.half()\n"},
+    {"train.py": "import model.attention as att, os\nmodel = model.half()\n"},
+    {"train.py": "from model.attention import (\n    attention,\n)\nmodel = model.half()\n"},
+    {"train.py": "mod = importlib.import_module('model.attention')\nmodel = model.half()\n"},
+    # through another module, a relative import, or the package's __init__ the import runs
+    {"train.py": "from net import build\nmodel = build().half()\n",
+     "net.py": "from model.attention import attention\n"},
+    {"model/net.py": "from .attention import attention\n",
+     "train.py": "from model.net import build\nmodel = build().half()\n"},
+    {"model/__init__.py": "from .attention import attention\n",
+     "model/net.py": "x = 1\n",
+     "train.py": "from model.net import build\nmodel = build().half()\n"},
+    # under src/, imported by the package's name (its import root is not the project's)
+    {"src/model/attention.py": ATTENTION,
+     "train.py": "from model.attention import attention\nmodel = model.half()\n"},
+])
+def test_a_python_switch_that_imports_the_file(tmp_path: Path, files: dict[str, str]) -> None:
+    proj = make_project(tmp_path)
+    for name, text in files.items():
+        (proj / name).parent.mkdir(parents=True, exist_ok=True)
+        (proj / name).write_text(text)
+    expected = [("attention.py", FILL_LINE, "MC501")]
+    if "src/model/attention.py" in files:
+        expected *= 2  # model/attention.py is reached too: same name, both kept
+    assert check(proj, cwd=proj) == expected
 
 
 @pytest.mark.parametrize("evidence", [
@@ -200,16 +251,16 @@ def test_a_project_too_big_to_read_counts_as_one_that_may_run_float16(
     for i in range(3):
         (proj / f"m{i}.py").write_text("x = 1\n")
     path = str(proj / "model" / "attention.py")
-    project._project_mentions_float16.cache_clear()
+    project._project_evidence.cache_clear()
     assert lint_file(path, frozenset({"MC501"})).findings == []
     monkeypatch.setattr(project, "MAX_FILES", 2)
-    project._project_mentions_float16.cache_clear()
+    project._project_evidence.cache_clear()
     assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
     monkeypatch.setattr(project, "MAX_FILES", 50_000)
     monkeypatch.setattr(project, "MAX_BYTES", 10)  # the bytes read count too
-    project._project_mentions_float16.cache_clear()
+    project._project_evidence.cache_clear()
     assert [f.code for f in lint_file(path, frozenset({"MC501"})).findings] == ["MC501"]
-    project._project_mentions_float16.cache_clear()
+    project._project_evidence.cache_clear()
 
 
 # bert4torch's GatedAttention: an arithmetic bias, which float16 turns into -inf without raising.
@@ -247,3 +298,21 @@ def test_the_bias_gives_minus_inf_without_raising_in_float16() -> None:
     bias = (1.0 - keep) * -1e12
     assert bias.tolist() == [0.0, float("-inf")]
     assert torch.softmax(torch.zeros(2, dtype=torch.float16) + bias, dim=-1).tolist() == [1.0, 0.0]
+
+
+def test_a_notebooks_outputs_are_not_read(tmp_path: Path) -> None:
+    """sbi's diagnostics tutorial: a base64 PNG in a cell's output holds "fp16" by chance."""
+    proj = make_project(tmp_path)
+    png = "iVBORw0KGgozatkfP8Xn9fp163yVhqBSTom"
+    assert "fp16" in png
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": ["x = 1\n"],
+            "outputs": [{"output_type": "display_data", "metadata": {},
+                         "data": {"image/png": png}}]}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (proj / "tutorial.ipynb").write_text(json.dumps(nb))
+    assert check(proj, cwd=proj) == []
+    cell["source"] = ["model = model.half()\n"]  # a cell's own source still counts
+    (proj / "tutorial.ipynb").write_text(json.dumps(nb))
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    (proj / "tutorial.ipynb").write_text("not json, fp16\n")  # read whole when not a notebook
+    assert check(Path("model/attention.py"), cwd=proj) == [("attention.py", FILL_LINE, "MC501")]

@@ -127,3 +127,48 @@ def test_a_tokenizer_mask_unsqueezed_onto_the_query_axis(found: Found) -> None:
     fixed = UNSQUEEZED_ONTO_THE_QUERY_AXIS.replace(".unsqueeze(1).unsqueeze(3)",
                                                    ".unsqueeze(1).unsqueeze(2)")
     assert found(fixed) == []
+
+
+# The streaming speech enhancer: the attention fills unknown-dtype scores with the float32
+# minimum, and the file runs its model in float16 through `.to(dtype)` of a parameter whose
+# default is torch.float16.
+CAST_THROUGH_A_DTYPE_PARAMETER = """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, mask):
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+        return scores.softmax(-1)
+
+
+class Streamer:
+    def __init__(self, model, dtype=torch.float16):
+        self.model = model.to(dtype)
+"""
+
+
+def test_the_float32_minimum_does_not_fit_float16() -> None:
+    scores = torch.zeros(1, 2, dtype=torch.float16)
+    mask = torch.tensor([[True, False]])
+    try:
+        scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+    except RuntimeError as error:
+        assert "overflow" in str(error)
+    else:
+        raise AssertionError("masked_fill of float16 with the float32 minimum did not raise")
+
+
+def test_a_cast_to_a_dtype_parameter_that_defaults_to_half(found: Found) -> None:
+    assert found(CAST_THROUGH_A_DTYPE_PARAMETER) == [(8, "MC517")]
+    keyword = CAST_THROUGH_A_DTYPE_PARAMETER.replace("model.to(dtype)", "model.to(dtype=dtype)")
+    assert found(keyword) == [(8, "MC517")]
+    full = CAST_THROUGH_A_DTYPE_PARAMETER.replace("dtype=torch.float16", "dtype=torch.float32")
+    assert found(full) == []
+    other_name = CAST_THROUGH_A_DTYPE_PARAMETER.replace("model.to(dtype)", "model.to(device)")
+    assert found(other_name) == []
+    fixed = CAST_THROUGH_A_DTYPE_PARAMETER.replace("torch.finfo(torch.float32)",
+                                                   "torch.finfo(scores.dtype)")
+    assert found(fixed) == []
