@@ -1613,7 +1613,7 @@ class Linter:
         for key in keys:
             self.calls.setdefault(key, []).append(passed)
 
-    # Two shortcuts, each provably result-preserving (`tests/lint/test_shortcuts.py` compares
+    # Three shortcuts, each provably result-preserving (`tests/lint/test_shortcuts.py` compares
     # every file of the recall corpus with them switched off):
     def _may_dispatch(self) -> bool:
         """Whether a value of this walk may hold definitions picked at run time
@@ -5762,9 +5762,10 @@ def _mul_call_as_binop(value: ast.expr) -> ast.BinOp | None:
 _NOT_TOKEN_EMBEDDINGS = ("pos", "time", "step", "patch", "rotary", "sinus", "freq", "rel")
 
 
-# The text every `[:, None, None, :]` subscript holds, whatever its spacing: `None`, a comma
-# and `None`, with only spaces, line breaks, backslashes and comments between.
-_KEY_AXES_TEXT = re.compile(r"None\s*,(?:\s|\\|#[^\n]*)*None")
+# The text every `[:, None, None, :]` subscript holds, however written: `None`, a comma and
+# `None`, with only spaces, line breaks, backslashes, parentheses (`(None)`) and comments
+# between.
+_KEY_AXES_TEXT = re.compile(r"None[\s)\\]*,(?:[\s(\\]|#[^\n]*)*None")
 
 
 def _key_axes_added(key: ast.expr) -> bool:

@@ -1,6 +1,6 @@
-"""The walk's two shortcuts (`Linter._may_dispatch`, `Linter._may_hide_diagonal`) skip work
-that cannot change a finding; with both switched off every file of the recall corpus and of the
-rule fixtures gives the same findings, hit for hit."""
+"""The walk's three shortcuts (`Linter._may_dispatch`, `Linter._may_hide_diagonal`,
+`Linter._adds_key_axes`) skip work that cannot change a finding; with all switched off every
+file of the recall corpus and of the rule fixtures gives the same findings, hit for hit."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def test_the_shortcuts_change_no_finding(monkeypatch: pytest.MonkeyPatch) -> Non
     fast = [_hits(source) for source in sources]
     monkeypatch.setattr(checks.Linter, "_may_dispatch", lambda self: True)
     monkeypatch.setattr(checks.Linter, "_may_hide_diagonal", lambda self: True)
+    monkeypatch.setattr(checks.Linter, "_adds_key_axes", lambda self: True)
     slow = [_hits(source) for source in sources]
     differ = [str(path) for path, a, b in zip(CORPUS, fast, slow, strict=True) if a != b]
     assert differ == []
@@ -47,3 +48,15 @@ def test_the_dispatch_shortcut_is_what_finds_a_registry_call(
     assert [hit.code for hit in _hits(source)] == ["MC509"]
     monkeypatch.setattr(checks.Linter, "_may_dispatch", lambda self: False)
     assert _hits(source) == []
+
+
+@pytest.mark.parametrize("written", [
+    "m[:, None, None, :]", "m[:,None,None,:]", "m[:, None,\n   None, :]",
+    "m[:, None,  # heads\n   None, :]", "m[:, None, \\\n   None, :]", "m[:, (None), None, :]",
+    "m[:, ( None ), (None), :]",
+])
+def test_every_spelling_of_the_key_axes_passes_the_text_gate(written: str) -> None:
+    # what `_note_key_axes` reads is there wherever the gate lets it run
+    subscript = ast.parse(written, mode="eval").body
+    assert isinstance(subscript, ast.Subscript) and checks._key_axes_added(subscript.slice)
+    assert checks._KEY_AXES_TEXT.search(written) is not None
