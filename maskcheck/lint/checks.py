@@ -5411,9 +5411,8 @@ class Linter:
                 # this function passes the same mask with the axes added elsewhere (3DETR's
                 # encoder layers): the bare one here is the slip
                 self._padding_as_attn_mask(arg, entry.role, f" (line {shown[0][0]} adds its "
-                                           f"head and query axes), and "
-                                           f"{self._callee_text(call)}() hands it on as "
-                                           "attn_mask")
+                                           f"head and query axes; {self._callee_text(call)}() "
+                                           "hands it on as attn_mask)")
                 return
             if arg is not None and self.value(arg).layout == "BS":
                 name = self._callee_text(call)
