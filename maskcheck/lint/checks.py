@@ -50,6 +50,7 @@ from maskcheck.lint.values import (
     is_true,
     is_wide_finfo_min,
     is_zero,
+    key_axes_added,
     kwarg,
     last_name,
     mentions_mask,
@@ -1703,7 +1704,7 @@ class Linter:
             return
         for arg in (*call.args, *(kw.value for kw in call.keywords)):
             if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and (
-                    _key_axes_added(arg.slice)) and arg.value.id not in scope.key_axes and (
+                    key_axes_added(arg.slice)) and arg.value.id not in scope.key_axes and (
                     held := scope.values.get(arg.value.id)) is not None and (
                     held.layout is None and not held.tri and not held.additive):
                 scope.key_axes[arg.value.id] = (site(arg), held)
@@ -1741,7 +1742,7 @@ class Linter:
         if isinstance(inner, ast.Subscript) and isinstance(inner.slice, ast.Slice) and (
                 inner.slice.lower is None and inner.slice.step is None):
             stop = number(inner.slice.upper) if inner.slice.upper is not None else None
-            if stop is None or stop != int(stop) or stop < 0:
+            if stop is None or not math.isfinite(stop) or stop != int(stop) or stop < 0:
                 return ()
             inner = inner.value
         if not isinstance(inner, ast.Call):
@@ -5765,13 +5766,6 @@ _NOT_TOKEN_EMBEDDINGS = ("pos", "time", "step", "patch", "rotary", "sinus", "fre
 # `None`, with only spaces, line breaks, backslashes, parentheses (`(None)`) and comments
 # between.
 _KEY_AXES_TEXT = re.compile(r"None[\s)\\]*,(?:[\s(\\]|#[^\n]*)*None")
-
-
-def _key_axes_added(key: ast.expr) -> bool:
-    """`[:, None, None, :]`: a (batch, seq) tensor given the head and query axes."""
-    return isinstance(key, ast.Tuple) and len(key.elts) == 4 and all(
-        isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
-        for e in (key.elts[0], key.elts[3])) and is_none(key.elts[1]) and is_none(key.elts[2])
 
 
 def _embedding_calls(tree: ast.AST) -> list[tuple[int, str]]:

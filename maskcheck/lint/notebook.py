@@ -58,7 +58,8 @@ class NotebookSource:
         return (cell, in_cell) if in_cell else (cell, 1)
 
 
-def _cell_text(cell: dict[str, Any], number: int) -> str:
+def cell_text(cell: dict[str, Any], number: int) -> str:
+    """A cell's source as one text; ValueError when it is not text."""
     source = cell.get("source", "")
     if isinstance(source, list) and all(isinstance(s, str) for s in source):
         return "".join(source)
@@ -140,7 +141,7 @@ def notebook_source(data: bytes) -> NotebookSource | None:
         # (MC525), as in a `# %%` file. Never a finding's line.
         lines.append("# %%")
         where.append((number, 0))
-        for in_cell, line in enumerate(python_lines(_cell_text(cell, number)), start=1):
+        for in_cell, line in enumerate(python_lines(cell_text(cell, number)), start=1):
             lines.append(line)
             where.append((number, in_cell))
     return NotebookSource("\n".join(lines) + "\n", where)

@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from maskcheck.config import skipped_directory
+from maskcheck.lint.notebook import cell_text
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 # What says that code may run in float16: the dtype (torch's, not numpy's: a pandas downcast
@@ -86,8 +87,11 @@ _HALF_NAME = re.compile(r"[\"'](?:float16|half|bfloat16)[\"']")
 
 
 def _half_binding(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w.]){re.escape(name)}\s*(?::\s*[\w.]+\s*)?=\s*\w+\."
-                      r"(?:float16|half|bfloat16)\b")
+    """`name = torch.float16` as a statement, or `name=torch.float16` as a default in a `def`'s
+    signature (not a call's keyword: `torch.zeros(n, dtype=torch.float16)` binds no name)."""
+    bound = rf"{re.escape(name)}\s*(?::\s*[\w.]+\s*)?=\s*\w+\.(?:float16|half|bfloat16)\b"
+    return re.compile(rf"^[ \t]*{bound}|\bdef\s+\w+\s*\((?:[^()]|\([^()]*\))*?(?<![\w.]){bound}",
+                      re.MULTILINE)
 
 
 def casts_half(source: str) -> bool:
@@ -215,9 +219,9 @@ def _cell_sources(data: bytes) -> bytes:
     """A notebook's cells, without their outputs: a base64 PNG in an output holds "fp16" by
     chance (sbi's diagnostics tutorial). A file that is not a notebook's JSON is read whole."""
     try:
-        cells = json.loads(data).get("cells")
-        return "\n".join("".join(cell["source"]) if isinstance(cell["source"], list)
-                         else str(cell["source"]) for cell in cells).encode("utf-8", "replace")
+        cells = json.loads(data)["cells"]
+        return "\n".join(cell_text(cell, number) for number, cell in enumerate(
+            cells, start=1)).encode("utf-8", "replace")
     except (ValueError, TypeError, KeyError, AttributeError):
         return data
 
@@ -258,7 +262,7 @@ def _imported_from(root: str, starts: tuple[str, ...]) -> frozenset[str]:
     sources = _project_evidence(root).sources
     by_name: dict[str, list[str]] = {}
     for path in sources:
-        parts = os.path.relpath(path, root)[:-3].split(os.sep)
+        parts = os.path.splitext(os.path.relpath(path, root))[0].split(os.sep)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         for i in range(len(parts)):

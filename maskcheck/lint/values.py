@@ -966,6 +966,12 @@ def _extension_key(key: ast.expr) -> bool:
         for p in full)
 
 
+def key_axes_added(key: ast.expr) -> bool:
+    """The key of `[:, None, None, :]`: a (batch, seq) tensor given SDPA's head and query
+    axes (the 2-D case of `_extension_key`)."""
+    return _extension_key(key) and isinstance(key, ast.Tuple) and is_none(key.elts[2])
+
+
 def _cache_prefix(node: ast.Subscript, lookup: Lookup) -> bool:
     """`self.cache_k[:bsz, : start_pos + seqlen]`: a static KV cache read up to the new tokens
     (meta-llama's Attention.forward): the cached keys and the new ones, L != S."""

@@ -169,6 +169,11 @@ def test_a_cast_to_a_dtype_parameter_that_defaults_to_half(found: Found) -> None
     assert found(full) == []
     other_name = CAST_THROUGH_A_DTYPE_PARAMETER.replace("model.to(dtype)", "model.to(device)")
     assert found(other_name) == []
+    # a call's keyword binds no name: the dtype the model is cast to is not known to be half
+    keyword_only = CAST_THROUGH_A_DTYPE_PARAMETER.replace(
+        "def __init__(self, model, dtype=torch.float16):",
+        "def __init__(self, model, dtype):\n        self.buf = torch.zeros(2, dtype=torch.float16)")
+    assert found(keyword_only) == []
     fixed = CAST_THROUGH_A_DTYPE_PARAMETER.replace("torch.finfo(torch.float32)",
                                                    "torch.finfo(scores.dtype)")
     assert found(fixed) == []

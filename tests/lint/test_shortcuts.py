@@ -58,5 +58,5 @@ def test_the_dispatch_shortcut_is_what_finds_a_registry_call(
 def test_every_spelling_of_the_key_axes_passes_the_text_gate(written: str) -> None:
     # what `_note_key_axes` reads is there wherever the gate lets it run
     subscript = ast.parse(written, mode="eval").body
-    assert isinstance(subscript, ast.Subscript) and checks._key_axes_added(subscript.slice)
+    assert isinstance(subscript, ast.Subscript) and checks.key_axes_added(subscript.slice)
     assert checks._KEY_AXES_TEXT.search(written) is not None
