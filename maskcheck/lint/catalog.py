@@ -23,7 +23,8 @@ LARGE_NEGATIVE_LITERAL = register(RuleInfo(
     "mentions `torch.float16`, `.half()`, fp16, autocast, apex's amp or mixed precision (not "
     "bfloat16's autocast, a disabled one, a dtype list or a GradScaler alone); where only "
     "Python files of the project say so, one of them must import this file, directly or "
-    "through others (a trainer's autocast runs the models it imports). A file in no "
+    "through one other file (a trainer's autocast runs its model and the model's layers). "
+    "A file in no "
     "project is always checked. The "
     "forms that give -inf in float16 instead of raising (a bias product, a difference, "
     "torch.where, an indexed write) are reported only where the file itself speaks of float16.",

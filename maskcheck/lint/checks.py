@@ -205,9 +205,11 @@ class _Scope:
     # MC520: softmax results of such a product -> the product; reported when the scope ends
     # unless the result is multiplied by a mask again (allennlp's masked_softmax renormalises).
     softmaxed: dict[str, _Product] = field(default_factory=dict)
-    # Names handed on as `name[:, None, None, :]` (see `Linter._note_key_axes`): where, and the
-    # value the name held then (a rebinding since makes it another tensor).
-    key_axes: dict[str, tuple[tuple[int, int, int], Value]] = field(default_factory=dict)
+    # Names handed on as `name[:, None, None, :]`, or to a function of this file that adds those
+    # axes to its parameter (see `Linter._note_key_axes`): where, the value the name held then (a
+    # rebinding since makes it another tensor), and that function's name (None for the former).
+    key_axes: dict[str, tuple[tuple[int, int, int], Value | None, str | None]] = field(
+        default_factory=dict)
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
     # Function scopes: each return that is a tuple, as what each of its elements gives.
     tuple_returns: list[tuple[Value, ...]] = field(default_factory=list)
@@ -247,6 +249,9 @@ class _Role(NamedTuple):
     # False where the function only passes the parameter on to another function of this file
     # that does it (a wrapper): the use is then a hand-over, not a reading of the mask.
     direct: bool = True
+    # For an attn_mask's layout handed on (see `Linter._note_layout_role`): the expression in
+    # this function's own body that hands it on (`use` may be deeper).
+    handed: ast.AST | None = None
 
 
 # The `position` of a role a function's `**kwargs` carry to torch's attention (see
@@ -759,7 +764,8 @@ _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_
            "_lines", "_shown",
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
-           "_written_outside", "_instances", "_embedding_calls", "_key_axes_text")
+           "_written_outside", "_instances", "_embedding_calls", "_key_axes_text",
+           "_every_call_methods")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -934,6 +940,8 @@ class Linter:
         # Class node -> the methods its forward / __call__ / training_step reach through
         # `self.name(...)` calls (see `_on_grad_path`).
         self._grad_methods: dict[int, frozenset[str]] = {}
+        # Per class (by node id): the methods that run on every call (see `_runs_every_call`).
+        self._every_call_methods: dict[int, frozenset[str]] = {}
         # The classes of this file that another class of it instantiates, and those that
         # define forward (see `_file_model`; made on the first unannotated `model`).
         self._submodules: tuple[frozenset[str], frozenset[str]] | None = None
@@ -1704,10 +1712,29 @@ class Linter:
             return
         for arg in (*call.args, *(kw.value for kw in call.keywords)):
             if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and (
-                    key_axes_added(arg.slice)) and arg.value.id not in scope.key_axes and (
-                    held := scope.values.get(arg.value.id)) is not None and (
-                    held.layout is None and not held.tri and not held.additive):
-                scope.key_axes[arg.value.id] = (site(arg), held)
+                    key_axes_added(arg.slice)):
+                # a parameter so handed on: its callers' mask is (batch, seq) too (Diffusion
+                # Policy's `memory_keep=cond_keep[:, None, None, :]` in the encoder layer)
+                self._note_role(arg.value, "axes-added", raw=True)
+                self._note_key_axes_of(arg.value, arg, None)
+
+    def _note_key_axes_of(self, name: ast.Name, where: ast.AST, via: str | None) -> None:
+        scope = self.scope
+        held = scope.values.get(name.id)  # (None for a name whose value shows nothing)
+        if name.id not in scope.key_axes and (name.id in scope.assigned or (
+                name.id in scope.params)) and (held is None or (
+                held.layout is None and not held.tri and not held.additive)):
+            scope.key_axes[name.id] = (site(where), held, via)
+
+    def _key_axes_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A name of this function passed for a parameter that its function hands on with the
+        head and query axes added (`self.encoder(x, cond_keep)`): it holds (batch, seq)."""
+        if self.scope.kind != "function":
+            return
+        for entry in roles:
+            if entry.role == "axes-added" and isinstance(
+                    arg := _role_argument(call, entry), ast.Name):
+                self._note_key_axes_of(arg, arg, self._callee_text(call))
 
     def _adds_key_axes(self) -> bool:
         """Whether the module's text can hold a `[:, None, None, :]` subscript
@@ -2031,8 +2058,10 @@ class Linter:
         roles = tuple(done.param_roles.values())
         if roles:
             self._contradicting_roles(done, roles)
-        # (the attn_mask layout roles read no value a seed could give: they stay out of seeding)
-        seeded_roles = [r for r in roles if r.role not in _LAYOUT_ROLES]
+        # (the attn_mask layout roles, and the key axes a function adds, read no value a seed
+        # could give: they stay out of seeding)
+        seeded_roles = [r for r in roles if r.role not in _LAYOUT_ROLES and r.role != (
+            "axes-added")]
         if self.record_calls and done.key is not None and seeded_roles and not self.seeds:
             # (the roles are the unseeded walk's: a seeded walk that records its calls keeps
             # them, so a role a seed gives another parameter, `a + b` with `a` a finfo.min
@@ -2906,6 +2935,7 @@ class Linter:
         scope.zeroed.pop(name, None)
         scope.derived.pop(name, None)
         scope.maybe_none.pop(name, None)
+        scope.key_axes.pop(name, None)  # another tensor now
 
     def _assign_attribute(self, target: ast.Attribute, value: ast.expr, facts: Value) -> None:
         base = target.value
@@ -3020,6 +3050,26 @@ class Linter:
             if scope.kind == "function" and outer.kind == "class":
                 return scope.name == "__call__" or scope.name.lstrip("_").startswith("forward")
         return False
+
+    def _runs_every_call(self) -> str | None:
+        """Where a method runs on every call of the module: "forward" in forward (see
+        `_in_forward`), "name() (which forward calls)" in a method of the class that forward or
+        __call__ calls as `self.name(...)`, directly or through other such methods (ClimaX's
+        `aggregate_variables`); None elsewhere."""
+        if self._in_forward():
+            return "forward"
+        for depth in range(len(self.scopes) - 1, 0, -1):
+            method, cls = self.scopes[depth], self.scopes[depth - 1]
+            if method.kind == "function" and cls.kind == "class":
+                if cls.node is None:
+                    return None
+                reached = self._every_call_methods.get(id(cls.node))
+                if reached is None:
+                    reached = self._every_call_methods[id(cls.node)] = _reached_from_forward(
+                        cls.node, roots=_EVERY_CALL_ROOTS, through_no_grad=True)
+                return f"{method.name}() (which forward calls)" if (
+                    method.name in reached) else None
+        return None
 
     # --- expressions ---
 
@@ -3303,8 +3353,8 @@ class Linter:
         filled with -1 is a ranking sentinel, not a mask (kornia, gliner)."""
         if isinstance(parent, ast.Attribute) and parent.attr in {"softmax", "log_softmax"}:
             return True
-        if isinstance(parent, ast.Call) and call_name(parent) in {"softmax", "log_softmax"} and (
-                parent.args and parent.args[0] is call):
+        if isinstance(parent, ast.Call) and (call_name(parent) in {"softmax", "log_softmax"} or (
+                _softmax_module_call(parent))) and parent.args and parent.args[0] is call:
             return True
         if isinstance(target, ast.Attribute) and target.attr == "data":
             target = target.value  # `alignment.data.masked_fill_(...)` fills `alignment`
@@ -3764,14 +3814,15 @@ class Linter:
                         "hardly masks: a masked position weighs as a score of "
                         f"{weak:g} would ({math.exp(weak):.2g} times a score of 0); use "
                         "torch.finfo(scores.dtype).min or float('-inf')")
-        if name == "masked_fill_" and self._in_forward() and target is not None:
+        if name == "masked_fill_" and target is not None and (
+                inside := self._runs_every_call()) is not None:
             # whatever the value: a bool buffer filled with False (WeNet's chunk mask limited
             # to the left chunks) is rewritten as surely as one filled with -inf
             attr = self._held_attr(_inplace_base(target))
             cls = self._class_scope()
             if attr is not None and cls is not None and attr in cls.buffer_attrs:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
-                            "forward: the stored mask is rewritten on every call; use "
+                            f"{inside}: the stored mask is rewritten on every call; use "
                             "masked_fill (out of place)")
         if condition is None or value is None or not self._is_fill_value(value):
             return
@@ -4583,9 +4634,10 @@ class Linter:
         attr = self_attr(target)
         cls = self._class_scope()
         if attr is not None and cls is not None and attr in cls.buffer_attrs and (
-                self._in_forward() and is_masking_value(value, self.lookup)):
+                inside := self._runs_every_call()) is not None and is_masking_value(
+                    value, self.lookup):
             self.report("MC524", target, f"writing a mask value into the buffer self.{attr} "
-                        "inside forward: the stored mask changes on every call; build a new "
+                        f"inside {inside}: the stored mask changes on every call; build a new "
                         "tensor instead")
         if self._is_large_negative(value) and mentions_mask(target) and ((
                 _is_score_name(target.value) and not _is_output_logits(target.value))
@@ -5208,6 +5260,7 @@ class Linter:
         self._bool_subtracted(call, roles)
         self._query_axis_passed(call, roles)
         self._padding_as_attn_mask_passed(call, roles)
+        self._key_axes_passed(call, roles)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and (entry.role in {"add", "mul", "addmin"}
@@ -5398,7 +5451,7 @@ class Linter:
         position = scope.params.index(node.id) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role), _Role(
-                position, role, mask if use is None else use, node.id, direct))
+                position, role, mask if use is None else use, node.id, direct, mask))
 
     def _padding_as_attn_mask_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (batch, seq) padding mask passed for a parameter that the function hands, axes
@@ -5411,9 +5464,24 @@ class Linter:
                     self.value(arg).layout is None):
                 # this function passes the same mask with the axes added elsewhere (3DETR's
                 # encoder layers): the bare one here is the slip
-                self._padding_as_attn_mask(arg, entry.role, f" (line {shown[0][0]} adds its "
-                                           f"head and query axes; {self._callee_text(call)}() "
-                                           "hands it on as attn_mask)")
+                line, _, via = shown[0][0], shown[1], shown[2]
+                name = self._callee_text(call)
+                if via is None:
+                    self._padding_as_attn_mask(arg, entry.role, f" (line {line} adds its head "
+                                               f"and query axes; {name}() hands it on as "
+                                               "attn_mask)")
+                elif not entry.direct:
+                    # Diffusion Policy: the decoder layer that takes it bare hands it to the
+                    # attention its encoder layer gives the four-axis form (reported where the
+                    # layer hands it on)
+                    self._padding_as_attn_mask(entry.handed or entry.use, entry.role, (
+                        f" (line {call.lineno} passes {arg.id} to {name}(); line {line} passes "
+                        f"it to {via}(), which adds its head and query axes) handed on as "
+                        "attn_mask here"))
+                else:
+                    self._padding_as_attn_mask(arg, entry.role, f" (line {line} passes it to "
+                                               f"{via}(), which adds its head and query axes) "
+                                               f"and {name}() hands it on as attn_mask")
                 return
             if arg is not None and self.value(arg).layout == "BS":
                 name = self._callee_text(call)
@@ -5568,6 +5636,14 @@ class Linter:
                             f"token) and line {call.lineno} passes one ({self._text(arg)}), but "
                             f"{name}() {reads}: it attends to the padding only; read it as a "
                             "keep-mask")
+            elif entry.role == "drop-mha" and facts.keep_mask and not (
+                    facts.hf_keep or facts.pad_keep) and isinstance(arg, ast.Name) and (
+                    declares_keep(arg.id)):
+                # the name alone says keep, as when it goes to key_padding_mask directly
+                # (`_key_padding_value`): MC502's names (MTR's `src_key_padding_mask=valid_mask`)
+                self.report("MC502", arg, f"{arg.id} is named as a keep-mask (True = kept) but "
+                            f"{name}() {reads} for {entry.param}: invert it (`~{arg.id}`)",
+                            echo_of=getattr(entry.use, "lineno", None))
             else:
                 own = name_hint(arg.id) if isinstance(arg, ast.Name) else None
                 bound = self.scope.derived.get(arg.id) if isinstance(arg, ast.Name) and (
@@ -5681,18 +5757,24 @@ class Linter:
 
 
 _GRAD_ROOTS = frozenset({"forward", "__call__", "training_step"})
+# What runs on every call of a module (MC524: a buffer rewritten there).
+_EVERY_CALL_ROOTS = frozenset({"forward", "__call__"})
 
 
-def _reached_from_forward(cls: ast.AST) -> frozenset[str]:
-    """The methods of a class that forward / __call__ / training_step call as `self.name(...)`,
-    directly or through one another; not those decorated with no_grad / inference_mode."""
+def _reached_from_forward(cls: ast.AST, *, roots: frozenset[str] | None = None,
+                          through_no_grad: bool = False) -> frozenset[str]:
+    """The methods of a class that forward / __call__ / training_step (or `roots`) call as
+    `self.name(...)`, directly or through one another; not those decorated with no_grad /
+    inference_mode (unless `through_no_grad`)."""
     methods = {m.name: m for m in getattr(cls, "body", [])
                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    pending = [name for name in methods if name in _GRAD_ROOTS or name.startswith("forward")]
+    pending = [name for name in methods if name in (
+        _GRAD_ROOTS if roots is None else roots) or name.startswith("forward")]
     reached: set[str] = set()
     while pending:
         name = pending.pop()
-        if name in reached or name not in methods or decorated_no_grad(methods[name]):
+        if name in reached or name not in methods or (
+                not through_no_grad and decorated_no_grad(methods[name])):
             continue
         reached.add(name)
         for node in ast.walk(methods[name]):
@@ -5764,8 +5846,10 @@ _NOT_TOKEN_EMBEDDINGS = ("pos", "time", "step", "patch", "rotary", "sinus", "fre
 
 # The text every `[:, None, None, :]` subscript holds, however written: `None`, a comma and
 # `None`, with only spaces, line breaks, backslashes, parentheses (`(None)`) and comments
-# between.
-_KEY_AXES_TEXT = re.compile(r"None[\s)\\]*,(?:[\s(\\]|#[^\n]*)*None")
+# between. A comment runs to its line's end: a comment that could end anywhere made the search
+# backtrack exponentially over a block of commented-out code after a `None,` (yourmt3's
+# pitchshift_layer.py never finished).
+_KEY_AXES_TEXT = re.compile(r"None[\s)\\]*,(?:[\s(\\]|#[^\n]*\n)*None")
 
 
 def _embedding_calls(tree: ast.AST) -> list[tuple[int, str]]:
@@ -6596,7 +6680,15 @@ def _softmax_names(call: ast.Call) -> list[str]:
             names += _summed_names(_unshifted(base))
         if call.args:  # `F.softmax(s)`, and `self.softmax(s)` of an nn.Softmax
             names += _summed_names(_unshifted(call.args[0]))
+    elif _softmax_module_call(call) and call.args:
+        names += _summed_names(_unshifted(call.args[0]))
     return names
+
+
+def _softmax_module_call(call: ast.Call) -> bool:
+    """`nn.Softmax(dim=-1)(scores)`: a softmax module built and called at once (the original
+    BERT's and DNABERT's attention)."""
+    return isinstance(call.func, ast.Call) and call_name(call.func) in {"Softmax", "LogSoftmax"}
 
 
 def _unshifted(node: ast.AST) -> ast.AST:
@@ -6632,6 +6724,10 @@ def _softmax_inputs_by_scope(tree: ast.AST | None, source: str) -> dict[int, fro
     if tree is None:
         return {}
     lines = _lines_that_may_name(source, "softmax", tree)
+    if lines is not None:
+        # (and `nn.Softmax(dim=-1)(scores)`: see `_softmax_module_call`)
+        capital = _lines_that_may_name(source, "Softmax", tree) or []
+        lines = sorted({*lines, *capital})
     if lines is not None and not lines:
         return {}
     fields_of = WALK_FIELDS

@@ -136,6 +136,24 @@ def test_a_python_switch_that_imports_the_file(tmp_path: Path, files: dict[str, 
     assert check(proj, cwd=proj) == expected
 
 
+def test_a_python_switch_is_followed_through_two_imports_not_three(tmp_path: Path) -> None:
+    # a trainer runs the model it imports and that model's layers (train -> net -> attention);
+    # a third import is a big project's plumbing (modelscope's trainer reaching an
+    # inference-only LoFTR through its dataset helpers, five imports away): not followed
+    proj = make_project(tmp_path)
+    (proj / "net.py").write_text("from model.attention import attention\n")
+    (proj / "train.py").write_text("import net\nmodel = net.build().half()\n")
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    (proj / "train.py").write_text("import registry\nmodel = registry.build().half()\n")
+    (proj / "registry.py").write_text("import net\n")
+    assert check(proj, cwd=proj) == []
+    # the package __init__ an import runs is reached with the import, not one further
+    (proj / "train.py").write_text("from model.net import build\nmodel = build().half()\n")
+    (proj / "model" / "__init__.py").write_text("from .attention import attention\n")
+    (proj / "model" / "net.py").write_text("x = 1\n")
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
 @pytest.mark.parametrize("evidence", [
     # torch-molecule's MolGPT: a GradScaler without autocast scales a float32 loss.
     ("train.py", "from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n"),

@@ -177,3 +177,66 @@ def test_a_cast_to_a_dtype_parameter_that_defaults_to_half(found: Found) -> None
     fixed = CAST_THROUGH_A_DTYPE_PARAMETER.replace("torch.finfo(torch.float32)",
                                                    "torch.finfo(scores.dtype)")
     assert found(fixed) == []
+
+
+# Diffusion Policy's transformer: the encoder layer adds the head and query axes to the mask it
+# is given, the decoder layer hands the same (batch, seq) mask to the attention bare.
+AXES_ADDED_BY_A_SIBLING_LAYER = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, kv, keep=None):
+        if keep is None:
+            return F.scaled_dot_product_attention(q, kv, kv)
+        return F.scaled_dot_product_attention(q, kv, kv, attn_mask=keep)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = Attention()
+
+    def forward(self, x, cond_keep):
+        return x + self.attn(x, x, keep=cond_keep[:, None, None, :])
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cross = Attention()
+
+    def forward(self, x, memory, memory_keep):
+        return x + self.cross(x, memory, keep=memory_keep)
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = EncoderLayer()
+        self.decoder = DecoderLayer()
+
+    def forward(self, x, cond, cond_is_pad):
+        keep = torch.cat([cond_is_pad.new_ones(cond.shape[0], 1), ~cond_is_pad], dim=1)
+        memory = self.encoder(cond, keep)
+        return self.decoder(x, memory, keep)
+"""
+
+
+def test_a_mask_one_layer_gives_four_axes_and_its_sibling_hands_on_bare(found: Found) -> None:
+    # reported where the decoder layer hands it to the attention (line 28)
+    assert found(AXES_ADDED_BY_A_SIBLING_LAYER) == [(28, "MC515")]
+    fixed = AXES_ADDED_BY_A_SIBLING_LAYER.replace("keep=memory_keep)",
+                                                  "keep=memory_keep[:, None, None, :])")
+    assert found(fixed) == []
+    # a mask rebound between the two calls is another tensor
+    rebound = AXES_ADDED_BY_A_SIBLING_LAYER.replace(
+        "        return self.decoder(x, memory, keep)",
+        "        keep = self.square(keep)\n        return self.decoder(x, memory, keep)")
+    assert found(rebound) == []
+    # without the encoder's call, nothing shows the mask's axes
+    alone = AXES_ADDED_BY_A_SIBLING_LAYER.replace(
+        "        memory = self.encoder(cond, keep)\n", "        memory = cond\n")
+    assert found(alone) == []
