@@ -3053,7 +3053,7 @@ class Linter:
 
     def _runs_every_call(self) -> str | None:
         """Where a method runs on every call of the module: "forward" in forward (see
-        `_in_forward`), "name() (which forward calls)" in a method of the class that forward or
+        `_in_forward`), "name() (run on every call)" in a method of the class that forward or
         __call__ calls as `self.name(...)`, directly or through other such methods (ClimaX's
         `aggregate_variables`); None elsewhere."""
         if self._in_forward():
@@ -3067,7 +3067,7 @@ class Linter:
                 if reached is None:
                     reached = self._every_call_methods[id(cls.node)] = _reached_from_forward(
                         cls.node, roots=_EVERY_CALL_ROOTS, through_no_grad=True)
-                return f"{method.name}() (which forward calls)" if (
+                return f"{method.name}() (run on every call)" if (
                     method.name in reached) else None
         return None
 
@@ -5464,7 +5464,7 @@ class Linter:
                     self.value(arg).layout is None):
                 # this function passes the same mask with the axes added elsewhere (3DETR's
                 # encoder layers): the bare one here is the slip
-                line, _, via = shown[0][0], shown[1], shown[2]
+                (line, _, _), _, via = shown
                 name = self._callee_text(call)
                 if via is None:
                     self._padding_as_attn_mask(arg, entry.role, f" (line {line} adds its head "
