@@ -194,6 +194,11 @@ def run_check(corpus: Corpus, timeout: float) -> tuple[list[Finding], int, float
             child.communicate()
             # A hang is a result to report, not a reason to stop measuring the other code bases.
             return [], -1, time.perf_counter() - start
+        except BaseException:
+            # Ctrl-C or a SIGTERM of this script (see main): the check runs in its own session,
+            # so it and its workers would outlive us
+            os.killpg(child.pid, signal.SIGKILL)
+            raise
     proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     seconds = time.perf_counter() - start
     try:
@@ -280,6 +285,8 @@ def main() -> int:
         for corpus in corpora:
             print(f"{corpus.name}=={corpus.version}: {unpack(corpus)}", flush=True)
         return 0
+    # a SIGTERM unwinds like Ctrl-C, so the running check's process group is ended too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     verdicts = load_verdicts()
     print(f"maskcheck from {maskcheck_location()}")
     print(machine() + " (shared machine: compare ratios, not seconds)")

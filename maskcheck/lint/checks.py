@@ -282,6 +282,8 @@ class _Signature(NamedTuple):
     keyword_only: tuple[str, ...]
     defaults: dict[str, ast.expr]
     open_ended: bool  # takes *args or **kwargs
+    # the tokenizer-named masks whose docstring gives them other axes (`_stated_other_axes`)
+    stated_axes: frozenset[str] = frozenset()
 
 
 # Where an argument comes from: (caller key's owner, its name, the caller's parameter, how):
@@ -525,19 +527,49 @@ _INPLACE_WRITES = frozenset({"fill_", "masked_fill_", "copy_", "zero_", "index_f
 _TOKENIZER_MASKS = frozenset({"attention_mask", "encoder_attention_mask"})
 
 
-def _tokenizer_pair(names: Iterable[str], param: str, known: Value | None) -> Value | None:
+def _tokenizer_pair(names: Iterable[str], param: str, known: Value | None,
+                    stated_axes: frozenset[str] = frozenset()) -> Value | None:
     """`forward(self, input_ids, attention_mask)`: the tokenizer's pair, 1 = real token (or
     Hugging Face's `inputs_embeds` in place of the ids, Decision Transformer's), for a mask
     parameter known no better than as a tensor; every call passing an int tensor (a
     collator's `torch.zeros(..., dtype=torch.long)`) says the same. So too the
     `encoder_attention_mask` beside them (an encoder-decoder's entry point, where a layer's
-    parameter of that name is already inverted). None otherwise."""
+    parameter of that name is already inverted). None otherwise.
+
+    Beside token ids it is the tokenizer's (batch, seq) mask too (DPR's BERT handing it down
+    to SDPA as it is, MC515), unless the docstring gives it other axes (`stated_axes`: kornia's
+    PaliGemma takes a (batch, 1, L, S) one). Not beside `inputs_embeds`: an encoder stack's
+    `forward(inputs_embeds, attention_mask)` takes the model's expanded 4-D mask (CLIP's,
+    vLLM's Idefics2)."""
     names = tuple(names)
     if param not in _TOKENIZER_MASKS or param not in names or "attention_mask" not in names or (
             not any(token_ids_name(n) or n == "inputs_embeds" for n in names)) or (
             known not in (*PARAMETER_VALUES, _INT_ONLY)):
         return None
-    return Value(hf_keep=True, dtype="int" if known == _INT_ONLY else None)
+    batch_seq = any(token_ids_name(n) for n in names) and param not in stated_axes
+    return Value(hf_keep=True, dtype="int" if known == _INT_ONLY else None,
+                 layout="BS" if batch_seq else None)
+
+
+# A docstring's shape of more than two axes (`(batch, 1, L, S)`), or its words for one.
+_MORE_AXES = re.compile(r"\([^()\n]*,[^()\n]*,[^()\n]*\)|\b[34]-?[dD]\b|broadcast|four.dim")
+
+
+def _stated_other_axes(node: ast.FunctionDef | ast.AsyncFunctionDef,
+                       params: Iterable[str]) -> frozenset[str]:
+    """The tokenizer-named mask parameters whose entry in the function's docstring gives them
+    more axes than (batch, seq)."""
+    named = _TOKENIZER_MASKS.intersection(params)
+    doc = ast.get_docstring(node, clean=True) if named and node.body else None
+    if not doc:
+        return frozenset()
+    stated: set[str] = set()
+    for param in named:
+        for match in re.finditer(rf"^\s*`*{param}\b.*(?:\n(?![ \t]*`*\w+`*\s*[(:]).*)*",
+                                 doc, re.MULTILINE):
+            if _MORE_AXES.search(match.group(0)):
+                stated.add(param)
+    return frozenset(stated)
 
 
 def _is_hf_mask_name(name: str) -> bool:
@@ -1537,8 +1569,10 @@ class Linter:
                 if scope.values.get(param) in (UNKNOWN, TENSOR):
                     scope.values[param] = Value(token_ids=True)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        stated = _stated_other_axes(node, names) if not isinstance(node, ast.Lambda) else (
+            frozenset())
         for mask in _TOKENIZER_MASKS:
-            if paired := _tokenizer_pair(names, mask, scope.values.get(mask)):
+            if paired := _tokenizer_pair(names, mask, scope.values.get(mask), stated):
                 scope.values[mask] = paired
         self.scopes.append(scope)
         stack.append((_Exit("scope"), None))
@@ -1559,7 +1593,8 @@ class Linter:
             self.defs.setdefault(key, []).append(_Signature(
                 tuple(positional), tuple(a.arg for a in args.kwonlyargs),
                 {a.arg: d for a, d in defaults if d is not None},
-                args.vararg is not None or args.kwarg is not None))
+                args.vararg is not None or args.kwarg is not None,
+                _stated_other_axes(node, (*positional, *(a.arg for a in args.kwonlyargs)))))
             if not self.seeds:
                 return
         seeds = self.seeds.get(key)
@@ -1914,7 +1949,7 @@ class Linter:
             visiting.discard(ref)
             result = joined or UNKNOWN
             memo[ref] = result = _tokenizer_pair(
-                (*sig.positional, *sig.keyword_only), param, result) or result
+                (*sig.positional, *sig.keyword_only), param, result, sig.stated_axes) or result
             return result
 
         # Flags and cached keys are read only by is_causal (MC506/MC510): not worth a second
@@ -2952,6 +2987,11 @@ class Linter:
                 # unless a caller passes another value
                 facts = self.value(default)
             cls = self._class_scope()
+            if is_none(value) and cls is not None and "self." + target.attr in cls.values:
+                # `else: self.temporal_bias = None` beside the branch that registers the mask
+                # (MixSTE's causal option): the None path passes no mask on (`if attn_bias is
+                # not None`), so the mask's facts hold wherever it is one
+                return
             if cls is not None:
                 cls.mutated.discard("self." + target.attr)  # bound anew
                 if isinstance(value, ast.Name) and value.id in self.scope.fields and (

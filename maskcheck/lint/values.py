@@ -1370,14 +1370,23 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
         # and a bool tensor OR-ed with either stays bool
         if isinstance(node.op, ast.BitOr) and (union := _union_with_triangle(left, right)):
             return union  # `look_ahead | padding`: True at least on the triangle
-        triangles = {v.tri for v in (left, right) if v.tri in {"lower", "slower"}}
+        triangles = {v.tri for v in (left, right) if v.tri is not None}
         if isinstance(node.op, ast.BitAnd) and len(triangles) == 1 and (
                 not (left.tri and right.tri) or left.tri == right.tri):
-            # `causal & window` of keep-masks: True only where the lower triangle is, so it
-            # points as that triangle does (a sliding window, a causal AND padding mask)
+            # `causal & window` of keep-masks: True only where the triangle is, so it points
+            # as that triangle does (a sliding window, a causal AND padding mask; an upper one
+            # AND-ed with the padding keeps the future as it does alone: JoeyNMT's
+            # `trg_mask & subsequent_mask(n)` with the `== 0` dropped, MC521)
             held = left if left.tri else right
             return Value(dtype="bool", tri=held.tri, tri_at=held.tri_at)
         return Value(dtype="bool")
+    if isinstance(node.op, ast.BitAnd) and (left.tri is None) != (right.tri is None) and (
+            left.dtype not in FLOAT_DTYPES and right.dtype not in FLOAT_DTYPES) and not (
+            _a_comparison(node.left) or _a_comparison(node.right)):
+        # `trg_mask & subsequent_mask(n)`: a parameter AND-ed with a triangle (`&` takes no
+        # float) is True only where the triangle is, whatever mask the parameter holds
+        held = left if left.tri else right
+        return Value(tri=held.tri, tri_at=held.tri_at)  # bool or int, as the parameter is
     dtype = left.dtype if left.dtype in FLOAT_DTYPES else None
     if dtype is None and number(node.left, lookup) is not None and isinstance(
             node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and right.dtype in FLOAT_DTYPES:
@@ -1753,17 +1762,18 @@ def _describe_factory(
     if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
         parts = call.args[0].elts
         described = [describe(p, lookup) for p in parts]
+        # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
+        # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries,
+        # also where the zeros are bound to a name that says cache (`past = torch.zeros(...)`)
+        if len(parts) >= 2 and any(d.finfo_min for d in described) and all(
+                d.finfo_min or d.zeros for d in described):
+            return Value(finfo_min=True, additive=True)
         if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or d.cached
                                    for p, d in zip(parts[:-1], described, strict=False)):
             return Value(cached=True)
         kept = _keep_mask_with_ones(parts, described, argument(call, 1, "dim"), lookup)
         if kept is not None:
             return kept
-        # `torch.cat([torch.zeros(n, past), mask], dim=-1)` of a finfo.min mask (transformers'
-        # `_make_causal_mask` with a cache prefix): the result still holds finfo.min entries
-        if len(parts) >= 2 and any(d.finfo_min for d in described) and all(
-                d.finfo_min or d.zeros for d in described):
-            return Value(finfo_min=True, additive=True)
     if name in _JOINS_SEQUENCE:
         # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
         # written into that dtype): the result has that dtype.
