@@ -214,8 +214,8 @@ PADDING_MASK_AS_ATTN_MASK = register(RuleInfo(
     "made from token ids (`ids != pad_id`, a tokenizer's attention_mask, the attention_mask a "
     "model's `forward(input_ids, attention_mask)` takes, unless its docstring gives it more "
     "axes; a lengths test) raises unless batch == queries, and then query i of every "
-    "sequence gets sequence i's padding, silently (conventions.md 2.6). MultiheadAttention's attn_mask is (queries, keys) "
-    "too; the padding mask goes to key_padding_mask. Reported where the mask reaches attn_mask "
+    "sequence gets sequence i's padding, silently (conventions.md 2.6). MultiheadAttention's "
+    "attn_mask is (queries, keys) too; the padding mask goes to key_padding_mask. Reported where the mask reaches attn_mask "
     "with its axes unchanged (casts and `~` do not change them), or where it is passed to a "
     "function of this file that hands it there.",
     "keep = input_ids != pad_id\n"
