@@ -209,15 +209,15 @@ PADDING_ON_QUERY_AXIS = register(RuleInfo(
 PADDING_MASK_AS_ATTN_MASK = register(RuleInfo(
     "MC515", "padding-mask-as-attn-mask", E, "source",
     "A (batch, seq) padding mask given as it is to SDPA's or MultiheadAttention's attn_mask.",
-    "scaled_dot_product_attention broadcasts attn_mask against (batch, heads, queries, keys) "
-    "from the right, so a 2-D mask is read as (queries, keys): a (batch, seq) padding mask "
-    "made from token ids (`ids != pad_id`, a tokenizer's attention_mask, the attention_mask a "
-    "model's `forward(input_ids, attention_mask)` takes, unless its docstring gives it more "
-    "axes; a lengths test) raises unless batch == queries, and then query i of every "
-    "sequence gets sequence i's padding, silently (conventions.md 2.6). MultiheadAttention's "
-    "attn_mask is (queries, keys) too; the padding mask goes to key_padding_mask. Reported where the mask reaches attn_mask "
-    "with its axes unchanged (casts and `~` do not change them), or where it is passed to a "
-    "function of this file that hands it there.",
+    "scaled_dot_product_attention broadcasts attn_mask against (batch, heads, queries, keys) from "
+    "the right, so a 2-D mask is read as (queries, keys): a (batch, seq) padding mask made from "
+    "token ids (`ids != pad_id`, a tokenizer's attention_mask, the attention_mask a model's "
+    "`forward(input_ids, attention_mask)` takes, unless its docstring gives it more axes; a "
+    "lengths test) raises unless batch == queries, and then query i of every sequence gets "
+    "sequence i's padding, silently (conventions.md 2.6). MultiheadAttention's attn_mask is "
+    "(queries, keys) too; the padding mask goes to key_padding_mask. Reported where the mask "
+    "reaches attn_mask with its axes unchanged (casts and `~` do not change them), or where it is "
+    "passed to a function of this file that hands it there.",
     "keep = input_ids != pad_id\n"
     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
     "keep = input_ids != pad_id\n"
