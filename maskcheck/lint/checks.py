@@ -1563,14 +1563,14 @@ class Linter:
             v = number(default) if default is not None else None
             if v is not None and math.isfinite(v) and v < -FP16_MAX:
                 scope.masking_defaults[arg.arg] = v
-        if not isinstance(node, ast.Lambda):
-            self._enter_signature(node, scope, args, defaults)
-            for param in self._embedded_parameters(node, params):
-                if scope.values.get(param) in (UNKNOWN, TENSOR):
-                    scope.values[param] = Value(token_ids=True)
         names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
         stated = _stated_other_axes(node, names) if not isinstance(node, ast.Lambda) else (
             frozenset())
+        if not isinstance(node, ast.Lambda):
+            self._enter_signature(node, scope, args, defaults, stated)
+            for param in self._embedded_parameters(node, params):
+                if scope.values.get(param) in (UNKNOWN, TENSOR):
+                    scope.values[param] = Value(token_ids=True)
         for mask in _TOKENIZER_MASKS:
             if paired := _tokenizer_pair(names, mask, scope.values.get(mask), stated):
                 scope.values[mask] = paired
@@ -1578,10 +1578,11 @@ class Linter:
         stack.append((_Exit("scope"), None))
 
     def _enter_signature(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
-                         args: ast.arguments, defaults: list[tuple[ast.arg, ast.expr | None]]
-                         ) -> None:
-        """Key the function as its calls are keyed; in the first walk, note its parameters; in
-        the second, give each parameter the facts every call of this file passes for it."""
+                         args: ast.arguments, defaults: list[tuple[ast.arg, ast.expr | None]],
+                         stated: frozenset[str]) -> None:
+        """Key the function as its calls are keyed; in the first walk, note its parameters (and
+        the masks its docstring gives more axes, `stated`); in the second, give each parameter
+        the facts every call of this file passes for it."""
         owner = self.scope.name if self.scope.kind == "class" else ""
         key = scope.key = (owner, node.name)
         if self.record_calls:
@@ -1593,8 +1594,7 @@ class Linter:
             self.defs.setdefault(key, []).append(_Signature(
                 tuple(positional), tuple(a.arg for a in args.kwonlyargs),
                 {a.arg: d for a, d in defaults if d is not None},
-                args.vararg is not None or args.kwarg is not None,
-                _stated_other_axes(node, (*positional, *(a.arg for a in args.kwonlyargs)))))
+                args.vararg is not None or args.kwarg is not None, stated))
             if not self.seeds:
                 return
         seeds = self.seeds.get(key)
