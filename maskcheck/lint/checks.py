@@ -252,6 +252,9 @@ class _Role(NamedTuple):
     # For an attn_mask's layout handed on (see `Linter._note_layout_role`): the expression in
     # this function's own body that hands it on (`use` may be deeper).
     handed: ast.AST | None = None
+    # For a mask handed on: where the function at the end of the chain reads it (THP's SDPA
+    # under `EncoderLayer.slf_attn`), as `use` is for a direct role.
+    deep: ast.AST | None = None
 
 
 # The `position` of a role a function's `**kwargs` carry to torch's attention (see
@@ -494,6 +497,8 @@ def _is_transposed(call: ast.Call, parent: ast.AST | None) -> bool:
 # A seeded parameter known only to be bool (see `_is_untouched`).
 _BOOL_ONLY = Value(dtype="bool")
 _INT_ONLY = Value(dtype="int")
+# The roles of a mask handed to nn.MultiheadAttention's key_padding_mask, as it is or inverted.
+_KEY_PADDING_ROLES = frozenset({"keep-mha", "drop-mha"})
 
 
 def _attributes_written_outside(tree: ast.AST | None) -> frozenset[str]:
@@ -788,7 +793,8 @@ class _Checkpoint(NamedTuple):
 # scope). Every other attribute is fixed for the module, a cache of what the module gives, the
 # walk's output, recorded for `_seeded_parameters`, or keyed by an `if` or statement node that
 # the walk sets and reads within that node (`test_rerun.py` checks that each is listed).
-_CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_rebinds", "_roles_known",
+_CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_instance_fields", "_rebinds",
+            "_roles_known",
             "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told",
             "_casts_told", "_dispatches")
 # Fixed for the module or caches of it: the second walk takes the first's.
@@ -896,6 +902,10 @@ class Linter:
         # Classes of this file -> the constant flags and numbers their bodies bind
         # (a dataclass's `causal: bool = True`): what an instance's field holds by default.
         self._class_fields: dict[str, dict[str, Value]] = {}
+        # Plain classes of this file (no base: a batch, a sample) -> the masks their
+        # `__init__` binds to `self.<name>` and no other method rebinds (`batch.mask_cls` of
+        # `batch = Batch(data)`).
+        self._instance_fields: dict[str, dict[str, Value]] = {}
         # Names of the functions, methods and classes this file defines (see `run`).
         self._local_defs: set[str] = set()
         # Whether the module's text can hold `m[:, None, None, :]` (see `_adds_key_axes`).
@@ -955,6 +965,10 @@ class Linter:
         # (function, parameter): a flag that chooses a triu_indices offset (`offset=0 if
         # mask_diagonal else 1`), seeded with what every call passes (see `_seeded_parameters`).
         self.offset_flags: set[tuple[tuple[str, str], str]] = set()
+        # (function, parameter) read both ways in the function (`_contradicting_roles`) where
+        # every call of this file passes a padding mask (True = padding): the keep reading is
+        # the wrong one (set by `_seeded_parameters`, read by the seeded walks).
+        self.padding_given: set[tuple[tuple[str, str], str]] = set()
         # ... and the roles of each such parameter. A parameter whose only roles are arithmetic
         # on the scores (`scores + m`, `scores * m`: `_USE_SITE_ROLES`) is given its calls'
         # facts all the same, and where every call agrees the finding is made at that use in
@@ -1073,6 +1087,10 @@ class Linter:
             if fields is not None and node.attr in fields and (
                     node.value.id not in self.scope.assigned):
                 return fields[node.attr]  # `cfg.causal` of `cfg: Config` (see `_Scope.fields`)
+            if self._instance_fields and (held := self._instance_fields.get(
+                    self.lookup(node.value.id).module or "", {}).get(node.attr)) is not None and (
+                    node.attr not in self._outside_writes()):
+                return held  # `batch.mask_cls` of `batch = Batch(data)`
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and (
                 chain := dotted(node)) is not None:
             held = self._record_field(chain)
@@ -1961,9 +1979,17 @@ class Linter:
             if not signature or len(signature) != 1:
                 continue
             with_roles = self.role_params.get(key, set())
+            for param in with_roles:
+                kinds = self.role_kinds.get((key, param), set())
+                if {"keep-sdpa", "drop-fill"} <= kinds and (
+                        given := seed(key, param)).hf_keep_inverted and not given.hf_keep:
+                    # read both ways (see `_contradicting_roles`), and every call says which
+                    # way is meant: the function is walked again to report the other
+                    self.padding_given.add((key, param))
+                    seeds.setdefault(key, {})
             for param in (*signature[0].positional, *signature[0].keyword_only):
                 kinds = self.role_kinds.get((key, param), {""})
-                bool_only = pair_only = keep_only = False
+                bool_only = pair_only = keep_only = int_only = False
                 if "add" in kinds and _names_additive(param) and any(
                         "mask" in other.lower() for other in (
                             *signature[0].positional, *signature[0].keyword_only)):
@@ -1988,6 +2014,14 @@ class Linter:
                         # mask at its `~` (MC518: CodeT5's `invert_attention_mask`), where the
                         # fix goes
                         pair_only = True
+                    elif kinds <= _KEY_PADDING_ROLES and (
+                            _tokenizer_pair((*signature[0].positional,
+                                             *signature[0].keyword_only), param, UNKNOWN)) and (
+                            seed(key, param).dtype == "int"):
+                        # handed on to a key padding mask, and every call gives the tokenizer's
+                        # int64 mask: its dtype is read at a `~` in the body (mContriever's
+                        # pooling, MC518), the convention at the calls
+                        int_only = True
                     elif not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
                         continue
@@ -1999,11 +2033,19 @@ class Linter:
                         # addition does not
                         bool_only = True
                 facts = seed(key, param)
-                if bool_only:
+                if int_only:
+                    facts = _INT_ONLY
+                elif bool_only:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 elif pair_only:
-                    facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if (
-                        facts.dtype == "int") else None, int_on_a_path=facts.int_on_a_path)
+                    # (a bool mask every call gives to the `attention_mask` beside `input_ids`
+                    # is not the tokenizer's int one: ChatGLM's layer gets `get_masks()`'s
+                    # True = hidden, which its fill reads as it should)
+                    told = facts.dtype == "int" or (facts.dtype == "bool" and not _keeps(
+                        facts) and _tokenizer_pair((*signature[0].positional,
+                                                    *signature[0].keyword_only), param, UNKNOWN))
+                    facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if told else None,
+                                  int_on_a_path=facts.int_on_a_path)
                 elif keep_only:
                     facts = Value(dtype=facts.dtype if facts.dtype in {"bool", "int"} else None,
                                   hf_keep=facts.hf_keep, pad_keep=facts.pad_keep,
@@ -2221,6 +2263,8 @@ class Linter:
                 for key, value in constants.items():
                     if value.number is not None:  # `MaskValue.PAD` (see values.number)
                         self.bind(f"{done.name}.{key}", Value(number=value.number))
+            if fields := _instance_fields(done.node, done.values):
+                self._instance_fields[done.name] = fields
             self._class_attrs[done.name] = {
                 key: value for key, value in done.values.items()
                 if key.startswith("self.") and (value.result is not None
@@ -3453,9 +3497,17 @@ class Linter:
         if sum(1 for e in items.elts if self.value(e).finfo_min) >= 2:
             self.report("MC513", call, _SUMMED_MIN)
 
+    def _is_scores_in_layout(self, node: ast.AST) -> bool:
+        """Scores, or scores in another layout: `attn.view(b // nw, nw, h, n, n)` (Swin's
+        shifted windows) holds the same entries."""
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in _RESHAPES):
+            node = node.func.value
+        return self._is_scores(node)
+
     def _sum(self, node: ast.BinOp, *, clamped: bool = False) -> None:
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
-            if self._is_scores(other) and not self._is_scores(mask_node):
+            if self._is_scores_in_layout(other) and not self._is_scores(mask_node):
                 self._note_role(mask_node, "add")  # `scores + attention_mask`: a parameter
             elif self.value(other).finfo_min and not clamped and not self._clamps_to_min:
                 self._note_role(mask_node, "addmin")  # `mask += padding_at_finfo_min`
@@ -3471,14 +3523,14 @@ class Linter:
             # Any operand known to be bool: `keep4d.bool()`, `rand(n, n) > p`, `ids.eq(pad)`.
             # (A `torch.BoolTensor` parameter: bool, or the 0/1 ints the annotation calls so,
             # which mask nothing either.)
-            if (mask.dtype == "bool" or mask.annotated01) and self._is_scores(other) and (
+            if (mask.dtype == "bool" or mask.annotated01) and self._is_scores_in_layout(other) and (
                     self.value(other).dtype != "bool"):
                 self.report("MC509", node, f"{self._text(mask_node)} is a bool mask added to the "
                             "scores: True adds 1.0 and masks nothing; use masked_fill(~m, "
                             "-inf) or torch.where")
                 return
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
-            if self._added_zero_one(mask_node) and self._is_scores(other) and not (
+            if self._added_zero_one(mask_node) and self._is_scores_in_layout(other) and not (
                     self._zero_one_mask(other)):
                 if not self._reported_at_cast(mask_node, "it is added to the scores"):
                     self._told_cast(mask_node)
@@ -3487,8 +3539,8 @@ class Linter:
                                 "into 0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) "
                                 "or use masked_fill")
                 return
-            if self._is_scores(other) and self._branch_float01(mask_node, "it is added to "
-                                                                   "the scores"):
+            if self._is_scores_in_layout(other) and self._branch_float01(
+                    mask_node, "it is added to the scores"):
                 return
 
     def _invert(self, node: ast.UnaryOp, call: ast.Call | None = None) -> None:
@@ -4980,10 +5032,12 @@ class Linter:
         # `is_causal=self.causal if attention_mask is None else False`: True on one path
         causal_may = causal_on or (isinstance(causal, ast.IfExp) and any(
             is_true(branch) or self.value(branch).flag is True
-            for branch in (causal.body, causal.orelse))) or _more_than_one_query(causal)
+            for branch in (causal.body, causal.orelse))) or _more_than_one_query(causal) or (
+            self._instance_flag_may_be_true(causal))
         query = argument(call, 0, "query")
         if causal is not None and causal_may and key is not None and self.value(key).cached and (
-                not self._cache_gated(call, key)) and not self._no_cached_prefix(call, query, key):
+                not self._cache_gated(call, key)) and not self._no_cached_prefix(
+                call, query, key) and not self._flag_off_with_cache(causal, key):
             self.report("MC510", causal, f"{self._text(key)} holds cached keys (L != S): "
                         "is_causal=True aligns the mask to the top-left, so new queries cannot "
                         "see most of the cache; pass an explicit mask (or is_causal=False "
@@ -5063,6 +5117,24 @@ class Linter:
         if self._instances is None:
             self._instances = _causal_instances(self._tree)
         return self._instances.get((scope.key[0], causal.attr, base.id))
+
+    def _instance_flag_may_be_true(self, causal: ast.AST | None) -> bool:
+        """`is_causal=self.is_causal` (or `self.is_causal and attention_mask is None`) in a
+        method of a class of which some instance is built with that flag possibly True (BART's
+        decoder self-attention beside its cross-attention)."""
+        if causal is None:
+            return False
+        flags = causal.values if isinstance(causal, ast.BoolOp) and isinstance(
+            causal.op, ast.And) else [causal]
+        if any(isinstance(f, ast.Constant) and not f.value for f in flags):
+            return False
+        cls = self._class_scope()
+        if cls is None or self._tree is None:
+            return False
+        if self._instances is None:
+            self._instances = _causal_instances(self._tree)
+        return any(isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (
+            f.value.id == "self") and (cls.name, f.attr, "") in self._instances for f in flags)
 
     def _causal_without_mask(self, call: ast.Call, causal: ast.AST | None, mask: ast.AST) -> bool:
         """Every `is_causal = True` before the call sits in a block that also sets the mask to
@@ -5180,7 +5252,8 @@ class Linter:
         return (node, flipped) if isinstance(node, ast.Name) else None
 
     def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True,
-                   use: ast.AST | None = None, raw: bool = False, direct: bool = True) -> None:
+                   use: ast.AST | None = None, raw: bool = False, direct: bool = True,
+                   deep: ast.AST | None = None) -> None:
         """Record what this function does with one of its parameters (see `_Role`): checked at
         the calls of a function by its name, of a method as `self.name(...)`, and of forward /
         __call__ on an instance."""
@@ -5194,7 +5267,8 @@ class Linter:
             # transformer, BERT4Rec): the lambda hands on a parameter of the function around it
             self.scopes.pop()
             try:
-                self._note_role(node, role, follow=follow, use=use, raw=raw, direct=direct)
+                self._note_role(node, role, follow=follow, use=use, raw=raw, direct=direct,
+                                deep=deep)
             finally:
                 self.scopes.append(scope)
             return
@@ -5207,8 +5281,8 @@ class Linter:
             role = _FLIPPED_ROLES.get(role, role)
         position = scope.params.index(param) - (1 if scope.method else 0)
         if position >= 0:
-            scope.param_roles.setdefault((position, role),
-                                         _Role(position, role, use or node, param, direct))
+            scope.param_roles.setdefault((position, role), _Role(
+                position, role, use or node, param, direct, deep=deep))
 
     def _note_forwarded_kwargs(self, call: ast.Call, role: str) -> None:
         """`def _attend(self, q, kv, **attn_kwargs): self.mha(q, kv, kv, **attn_kwargs)`: the
@@ -5297,6 +5371,7 @@ class Linter:
                 by_role.setdefault(entry.role.split("-")[0], []).append(passed)
         self._keep_mask_read_as_drop(call, roles)
         self._padding_mask_read_as_keep(call, roles)
+        self._causal_union_read_as_keep(call, roles)
         self._bool_subtracted(call, roles)
         self._query_axis_passed(call, roles)
         self._padding_as_attn_mask_passed(call, roles)
@@ -5308,7 +5383,7 @@ class Linter:
                 # a wrapper passing its own parameter on (inverted: the other convention); a
                 # fill keeps its use, the condition where the mask is read (see `_fills_scores`)
                 self._note_role(passed, entry.role, direct=False, use=entry.use if (
-                    entry.role.endswith("-fill")) else None)
+                    entry.role.endswith("-fill")) else None, deep=entry.deep or entry.use)
             elif passed is not None and entry.role in {"float-sdpa", "float-mha", "tri-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role in _LAYOUT_ROLES:
@@ -5577,7 +5652,17 @@ class Linter:
                 # (neuralforecast's PatchTST, whose callers pass no mask); which path is meant
                 # is not for the source to say
                 continue
-            if keep_api is not None and drop_fill is not None and drop_fill.direct:
+            if keep_api is not None and drop_fill is not None and drop_fill.direct and (
+                    done.key, keep_api.param) in self.padding_given and keep_api.direct:
+                # every call passes a padding mask, which the fill reads as it should (ATLOP's
+                # BERT: `output_attentions` takes the eager path): SDPA's is the wrong reading
+                line = getattr(drop_fill.use, "lineno", 0)
+                self.report("MC511", keep_api.use, f"{keep_api.param} is True at padding (every "
+                            f"call passes a padding mask, and the fill at line {line} reads it "
+                            "so), but scaled_dot_product_attention's bool attn_mask means True "
+                            "= may attend: this path attends to the padding only; pass "
+                            f"`~{keep_api.param}`")
+            elif keep_api is not None and drop_fill is not None and drop_fill.direct:
                 line = getattr(keep_api.use, "lineno", 0)
                 self.report("MC519", drop_fill.use, f"{drop_fill.param} is a keep-mask where "
                             f"line {line} hands it to scaled_dot_product_attention (its bool "
@@ -5618,6 +5703,8 @@ class Linter:
             facts = self.value(arg)
             if not facts.hf_keep_inverted or facts.hf_keep:
                 continue
+            if entry.role == "keep-sdpa" and self._read_both_ways_in_one(entry, roles):
+                continue  # the function that reads it both ways says which (MC511 there)
             behind = self._parameter_behind(arg)
             if behind is not None and behind[0] == entry.param and not behind[1]:
                 # a wrapper handing its own parameter on under the same name (inverted here,
@@ -5636,6 +5723,62 @@ class Linter:
                 self.report("MC511", self._bound_expression(arg), f"{self._text(arg)} is True "
                             f"at padding, but {name}() {reads} for {entry.param}: pass the "
                             "keep-mask (`~`)")
+            return
+
+    def _inverted_beside_hand_over(self, entry: _Role) -> int | None:
+        """The line where the function that hands a parameter on as `entry.use` (a bare name)
+        also inverts it (`~name`), the parameter never rebound there; None otherwise."""
+        use = entry.use
+        if not isinstance(use, ast.Name):
+            return None
+        node = _enclosing_function(use, self._parents())
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or use.id not in {
+                a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}:
+            return None
+        inverted = None
+        for sub in subnodes(node):
+            if isinstance(sub, ast.Name) and sub.id == use.id and isinstance(sub.ctx, ast.Store):
+                return None
+            if inverted is None and isinstance(sub, ast.UnaryOp) and isinstance(
+                    sub.op, ast.Invert) and isinstance(sub.operand, ast.Name) and (
+                    sub.operand.id == use.id):
+                inverted = sub.lineno
+        return inverted
+
+    def _read_both_ways_in_one(self, keep: _Role, roles: tuple[_Role, ...]) -> bool:
+        """The mask `keep` hands to SDPA is also filled where it is True (a "drop-fill" role at
+        the same position), both in one function's body: `_contradicting_roles` reports that
+        function, at the reading its calls contradict."""
+        fill = next((r for r in roles if r.position == keep.position and r.role == "drop-fill"),
+                    None)
+        if fill is None:
+            return False
+        parents = self._parents()
+        where = _enclosing_function(keep.deep or keep.use, parents)
+        return isinstance(where, _FUNCTION_NODES) and where is _enclosing_function(
+            fill.use, parents)
+
+    def _causal_union_read_as_keep(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
+        """A mask with a causal triangle OR-ed in (True = hidden: `pad | subsequent`, THP's
+        `slf_attn_mask`) passed to a function that hands it to SDPA as its bool attn_mask
+        (True = may attend), as `_sdpa_mask` reports when the union is made beside the call.
+        Reported at SDPA, where the fix goes (`~mask`); the callers keep the convention of the
+        code base, whose fills read it as True = hidden."""
+        name = self._callee_text(call)
+        for entry in roles:
+            arg = _role_argument(call, entry) if entry.role == "keep-sdpa" else None
+            if arg is None:
+                continue
+            facts = self.value(arg)
+            if not facts.hides_above or facts.tri is not None or facts.dtype not in {
+                    "bool", None}:
+                continue
+            at = entry.deep or entry.use
+            shown = self._text(at) if isinstance(at, ast.Name) else entry.param
+            self.report("MC511", at, f"{shown} has a causal triangle OR-ed in (True = hidden: "
+                        f"line {call.lineno} passes {self._text(arg)} to {name}()), but SDPA's "
+                        "bool attn_mask means True = may attend: every query sees the future "
+                        f"and only what the mask meant to hide; pass `~{shown}`")
             return
 
     def _keep_mask_read_as_drop(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
@@ -5671,7 +5814,17 @@ class Linter:
                      "drop-mha": "hands it to an attention module as key_padding_mask (True = "
                                  "padding)"}.get(entry.role, "fills where it is True")
             hint = name_hint(entry.param)
-            if entry.direct and hint is not None and hint.bool_convention == "bool-true-keep":
+            inverted_at = self._inverted_beside_hand_over(entry) if (
+                entry.role == "drop-mha" and not entry.direct) else None
+            if inverted_at is not None:
+                # the function that hands it on unchanged inverts it for another key-padding
+                # use (MCAN's `lang_pad = ~attention_mask` for the decoder, `attention_mask` for
+                # the encoder): its author reads it as a keep-mask, and the hand-over is the slip
+                self.report("MC502", entry.use, f"{self._text(entry.use)} is inverted at line "
+                            f"{inverted_at} of this function (line {call.lineno} passes a "
+                            "keep-mask, 1 = real token), but handed on as it is here to a "
+                            "key_padding_mask (True = padding): invert it here too")
+            elif entry.direct and hint is not None and hint.bool_convention == "bool-true-keep":
                 self.report(code, entry.use, f"{entry.param} is named as a keep-mask (1 = real "
                             f"token) and line {call.lineno} passes one ({self._text(arg)}), but "
                             f"{name}() {reads}: it attends to the padding only; read it as a "
@@ -5695,6 +5848,26 @@ class Linter:
                             f"{entry.param}: pass the padding mask (`== 0`)",
                             echo_of=getattr(entry.use, "lineno", None))
             return
+
+    def _flag_off_with_cache(self, causal: ast.AST, key: ast.expr) -> bool:
+        """`is_causal=self.is_causal and past_key_value is None`: the flag is False wherever a
+        name the cache concatenation of `key` is guarded by is not None."""
+        name = dotted(key)
+        if name is None or not (isinstance(causal, ast.BoolOp) and isinstance(
+                causal.op, ast.And)):
+            return False
+        absent = set().union(*(_test_names(v) for v in causal.values if isinstance(
+            v, ast.Compare) and len(v.ops) == 1 and isinstance(v.ops[0], ast.Is) and is_none(
+            v.comparators[0])))
+        if not absent:
+            return False
+        parents = self._parents()
+        function = _enclosing_function(causal, parents)
+        return any(name in _stored_dotted(node) and any(
+            _test_names(i.test) & absent for i in _enclosing_ifs(node, parents)
+            if _runs_when_true(i, node, parents))
+            for node in ast.walk(function) if isinstance(
+                node, (ast.Assign, ast.AugAssign, ast.AnnAssign)))
 
     def _cache_gated(self, call: ast.Call, key: ast.expr) -> bool:
         """Whether the call sits under an `if` whose test shares a name with the test that
@@ -6355,6 +6528,8 @@ def _causal_instances(tree: ast.AST) -> dict[tuple[str, str, str], _CausalInstan
                      if possibly_true(given(call, init, param), owner, func)]
             if not flags:
                 continue
+            for attr, _ in flags:  # built so, whatever its calls pass (MC510 reads this)
+                found.setdefault((name, attr, ""), _CausalInstance(call, call))
             for called in _instance_calls(func, owner, call, classes):
                 for mask in params(forward):
                     passed = given(called, forward, mask)
@@ -6605,6 +6780,26 @@ def _names_padding(param: str) -> bool:
 def _keeps(facts: Value) -> bool:
     """A keep-mask (True / 1 = may attend) by how it was made or named."""
     return (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted
+
+
+def _instance_fields(node: ast.AST | None, values: dict[str, Value]) -> dict[str, Value]:
+    """The masks a plain class's `__init__` binds to `self.<name>` (see
+    `Linter._instance_fields`): none for a class with a base (a module, a record, a
+    subclass), or an attribute another method of the class rebinds."""
+    if not isinstance(node, ast.ClassDef) or node.bases or node.keywords:
+        return {}
+    bound: set[str] = set()
+    rebound: set[str] = set()
+    for method in node.body:
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            (bound if method.name == "__init__" else rebound).update(
+                t.attr for t in subnodes(method) if isinstance(t, ast.Attribute) and isinstance(
+                    t.ctx, ast.Store) and isinstance(t.value, ast.Name) and t.value.id == "self")
+    fields = {}
+    for attr in bound - rebound:
+        if (value := values.get("self." + attr)) is not None and (facts := _seedable(value)):
+            fields[attr] = facts
+    return fields
 
 
 def _seedable(facts: Value, *, part: bool = False) -> Value:
@@ -7415,6 +7610,11 @@ def _join(a: Value, b: Value) -> Value:
         shared = replace(shared, never_half=True)
     if not shared.float01 and (a.float01_at or b.float01_at):
         shared = replace(shared, float01_at=a.float01_at or b.float01_at)
+    if a.pair_keep or b.pair_keep:
+        # a pair mask on one path (TransformerCPI's `SelfAttention` called as `sa` with the
+        # atoms' pair mask and as `ea` with the protein's key mask): a -inf fill empties the
+        # padded queries' rows on that path (MC507)
+        shared = replace(shared, pair_keep=True)
     if a.cached or b.cached:
         # keys that hold the cache on one path (`if use_cache: keys = torch.cat([self.cache_k,
         # k])`): a literal is_causal=True after the join is wrong on that path (MC510)
@@ -7493,6 +7693,7 @@ def _seeded_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str,
         linter.role_kinds = first.role_kinds
     linter.declare_classes(*declared)
     linter.seeds = seeds
+    linter.padding_given = first.padding_given
     linter.use_site = use_site
     linter.option_defaults = options
     linter.record_calls = record

@@ -916,6 +916,21 @@ def _tokenizer_layout(base: Value) -> str | None:
     return base.layout
 
 
+def _batch_flattened(layout: str | None, call: ast.Call, name: str) -> str | None:
+    """(batch, seq) for `mask.reshape(b, -1)` / `.view(b, -1)` / `.flatten(1)` of a padding mask
+    whose other axes are its sequence and broadcast ones (`keep[:, None, :].expand(-1, f,
+    -1).reshape(b, -1)`: AST's frequency-by-time patches, one padding mask over all of them)."""
+    if layout is None or not layout.startswith("B") or layout.count("S") != 1 or set(
+            layout[1:]) - {"S", "1"}:
+        return None
+    if name in {"reshape", "view"} and len(call.args) == 2 and not call.keywords and number(
+            call.args[1]) == -1:
+        return "BS"
+    if name == "flatten" and len(call.args) == 1 and number(call.args[0]) == 1:
+        return "BS"
+    return None
+
+
 def _unsqueezed_layout(layout: str | None, call: ast.Call) -> str | None:
     """The axes after `mask.unsqueeze(d)`."""
     dim = argument(call, 0, "dim")
@@ -1109,9 +1124,22 @@ def _stripped(node: ast.AST) -> ast.AST:
             return node
 
 
+def _scaled_positions(node: ast.AST) -> ast.AST:
+    """The positions under a scale and an offset that keep their order (`arange(t)[None, :] *
+    stride + patch`: where each patch of AST's spectrogram ends), else `node` itself."""
+    while isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+        steps = [side for side in (node.left, node.right) if isinstance(
+            side, (ast.Constant, ast.Name, ast.Attribute))]
+        if len(steps) != 1 or (isinstance(node.op, ast.Sub) and steps[0] is node.left) or (
+                isinstance(node.op, ast.Mult) and (number(steps[0]) or 1) <= 0):
+            return node
+        node = node.right if steps[0] is node.left else node.left
+    return node
+
+
 def _positions(node: ast.AST) -> bool:
     """`torch.arange(n)`, `seq_range`, `self.arange[:n]`: position indices by call or name."""
-    node = _stripped(node)
+    node = _stripped(_scaled_positions(node))
     if isinstance(node, ast.Call):
         return call_name(node) == "arange"
     words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
@@ -1121,6 +1149,7 @@ def _positions(node: ast.AST) -> bool:
 def _arange_row(node: ast.AST) -> bool:
     """`torch.arange(n)[None, :]`, `torch.arange(n)[None]`, `torch.arange(n).unsqueeze(0)`: a row
     of positions made here, laid against one count per batch row."""
+    node = _scaled_positions(node)
     if isinstance(node, ast.Subscript):
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         row = len(parts) in {1, 2} and is_none(parts[0]) and all(
@@ -2084,7 +2113,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
-            _tokenizer_layout(base), call) if name == "unsqueeze" else None
+            _tokenizer_layout(base), call) if name == "unsqueeze" else _batch_flattened(
+            base.layout, call, name)
         return replace(base, tokens=False, api=None, mha=False, grad=grad, layout=layout,
                        layout_at=_layout_made(base, layout, call))
     if name in _TRANSPOSES:

@@ -70,7 +70,8 @@ def summary_line(report: Report) -> str:
     if not findings:  # nothing passed that was not read
         return f"No problems found in {checked}{tail}."
     counts = report.counts()
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s])
+    parts = ", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 and s != 'info' else ''}"
+                      for s in ("error", "warning", "info") if counts[s])
     n = len(findings)
     return f"Found {n} problem{'s' if n != 1 else ''} ({parts}) in {checked}{tail}."
 

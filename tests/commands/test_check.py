@@ -45,6 +45,15 @@ def test_concise_output_and_exit_code(bad: Path) -> None:
     assert lines[-1] == "Found 2 problems (1 error, 1 warning) in 1 file."
 
 
+def test_summary_counts_are_plural_past_one(tmp_path: Path) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(BAD + "t = scores.masked_fill(mask, -1e9)\n"
+                    'u = torch.triu(torch.full((n, n), float("-inf")), diagonal=0)\n')
+    r = cli(str(path))
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines()[-1] == "Found 4 problems (2 errors, 2 warnings) in 1 file."
+
+
 def test_clean_file_exits_zero(tmp_path: Path) -> None:
     path = tmp_path / "ok.py"
     path.write_text(CLEAN)
