@@ -5150,6 +5150,8 @@ class Linter:
                 block = getattr(owner, fieldname, None)
                 if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
                     blocks.append((block, owner, fieldname))
+        elif_of = {id(node.orelse[0]): node for node in ast.walk(root) if isinstance(
+            node, ast.If) and len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)}
         found = False
         for block, owner, fieldname in blocks:
             for stmt in block:
@@ -5157,7 +5159,9 @@ class Linter:
                         stmt, ast.Assign) and is_true(stmt.value)):
                     continue
                 last = [s for s in block if _stored_names(s) & {mask.id}]
-                if not last and _branch_of_none(owner, fieldname, mask.id):
+                if not last and (_branch_of_none(owner, fieldname, mask.id) or (
+                        fieldname == "body" and _elif_of_none(
+                            owner, elif_of.get(id(owner)), mask.id))):
                     pass  # `if need_weights or mask is not None: ... else: is_causal = True`
                 elif not last or not (isinstance(last[-1], ast.Assign) and is_none(
                         last[-1].value) and _binds(last[-1], mask.id)):
@@ -7159,6 +7163,26 @@ def _branch_of_none(owner: ast.AST, fieldname: str, name: str) -> bool:
         isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], wanted_op)
         and isinstance(t.left, ast.Name) and t.left.id == name and is_none(t.comparators[0])
         for t in tests)
+
+
+def _elif_of_none(branch: ast.AST, above: ast.If | None, name: str) -> bool:
+    """Whether the body of `branch`, the `elif` of `above`, runs only where `name` is None:
+    `if causal and mask is not None: ... elif causal: is_causal = True` (bio-attention). The
+    `elif` runs where some term of the `and` is false; its own test holds every term but the
+    mask's, so the mask's is the false one."""
+    if above is None or not isinstance(branch, ast.If) or not (
+            isinstance(above.test, ast.BoolOp) and isinstance(above.test.op, ast.And)):
+        return False
+    terms = above.test.values
+    tests_none = [t for t in terms if isinstance(t, ast.Compare) and len(t.ops) == 1 and (
+        isinstance(t.ops[0], ast.IsNot)) and isinstance(t.left, ast.Name) and (
+        t.left.id == name) and is_none(t.comparators[0])]
+    if len(tests_none) != 1:
+        return False
+    own = branch.test.values if isinstance(branch.test, ast.BoolOp) and isinstance(
+        branch.test.op, ast.And) else [branch.test]
+    held = {ast.dump(t) for t in own}
+    return all(ast.dump(t) in held for t in terms if t is not tests_none[0])
 
 
 # Context managers that expect their block to raise.

@@ -335,3 +335,31 @@ def test_the_tokenizer_pair_still_reads_an_unknown_mask_as_a_keep_mask(found: Fo
     unknown = BOOL_MASK_BESIDE_INPUT_IDS.replace(
         "attention_mask=attention_mask)", "attention_mask=past)")
     assert found(unknown) == [(14, "MC519")]
+
+
+# bio-attention: the causal part is folded into the mask when there is one; is_causal is set
+# only on the `elif` that runs without one.
+CAUSAL_FLAG_ONLY_WITHOUT_A_MASK = """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v, mask=None, causal=False):
+    is_causal = False
+    if causal and (mask is not None):
+        hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(diagonal=1)
+        mask = mask.masked_fill(hidden, -float("inf"))
+    elif causal:
+        is_causal = True
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+"""
+
+
+def test_a_causal_flag_set_on_the_elif_without_a_mask(found: Found) -> None:
+    assert found(CAUSAL_FLAG_ONLY_WITHOUT_A_MASK) == []
+
+
+def test_a_causal_flag_set_on_an_elif_that_may_have_a_mask(found: Found) -> None:
+    # `elif training:` does not hold the `and`'s other term: the mask may be there
+    either = CAUSAL_FLAG_ONLY_WITHOUT_A_MASK.replace("    elif causal:", "    elif q.requires_grad:")
+    assert found(either) == [(12, "MC506")]
