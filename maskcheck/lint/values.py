@@ -1269,7 +1269,10 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
         out = replace(out, layout=lv.layout, layout_at=lv.layout_at)  # the same axes
     if (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.NotEq) and c == 1):
         if lv.tri:
-            out = _turned(out, _COMPLEMENT[lv.tri], left)
+            # (`mask == 0` is how a keep-mask becomes a fill condition: where the triangle was
+            # made is still where it points the wrong way, T2M-GPT's `causal_keep` builder)
+            out = replace(_turned(out, _COMPLEMENT[lv.tri], left), tri_at=lv.tri_at or site(
+                left))
         if lv.hf_keep or lv.keep_mask:
             out = replace(out, hf_keep_inverted=True)
     elif ((isinstance(op, ast.NotEq) and c == 0) or (isinstance(op, ast.Eq) and c == 1)

@@ -360,6 +360,7 @@ def test_a_causal_flag_set_on_the_elif_without_a_mask(found: Found) -> None:
 
 
 def test_a_causal_flag_set_on_an_elif_that_may_have_a_mask(found: Found) -> None:
-    # `elif training:` does not hold the `and`'s other term: the mask may be there
-    either = CAUSAL_FLAG_ONLY_WITHOUT_A_MASK.replace("    elif causal:", "    elif q.requires_grad:")
+    # `elif q.requires_grad:` does not hold the `and`'s other term: the mask may be there
+    either = CAUSAL_FLAG_ONLY_WITHOUT_A_MASK.replace("    elif causal:",
+                                                     "    elif q.requires_grad:")
     assert found(either) == [(12, "MC506")]
