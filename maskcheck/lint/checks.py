@@ -1987,12 +1987,12 @@ class Linter:
                     # way is meant: the function is walked again to report the other
                     self.padding_given.add((key, param))
                     seeds.setdefault(key, {})
-            for param in (*signature[0].positional, *signature[0].keyword_only):
+            names = (*signature[0].positional, *signature[0].keyword_only)
+            for param in names:
                 kinds = self.role_kinds.get((key, param), {""})
                 bool_only = pair_only = keep_only = int_only = False
                 if "add" in kinds and _names_additive(param) and any(
-                        "mask" in other.lower() for other in (
-                            *signature[0].positional, *signature[0].keyword_only)):
+                        "mask" in other.lower() for other in names):
                     # `def attend(q, k, v, bias=None, mask=None)` (jax.nn.dot_product_attention
                     # and its ports): a function that takes a mask and adds its bias as the name
                     # says; a call that gives a bool or 0/1 mask as the bias is the finding
@@ -2014,10 +2014,8 @@ class Linter:
                         # mask at its `~` (MC518: CodeT5's `invert_attention_mask`), where the
                         # fix goes
                         pair_only = True
-                    elif kinds <= _KEY_PADDING_ROLES and (
-                            _tokenizer_pair((*signature[0].positional,
-                                             *signature[0].keyword_only), param, UNKNOWN)) and (
-                            seed(key, param).dtype == "int"):
+                    elif kinds <= _KEY_PADDING_ROLES and _tokenizer_pair(
+                            names, param, UNKNOWN) and seed(key, param).dtype == "int":
                         # handed on to a key padding mask, and every call gives the tokenizer's
                         # int64 mask: its dtype is read at a `~` in the body (mContriever's
                         # pooling, MC518), the convention at the calls
@@ -2042,8 +2040,7 @@ class Linter:
                     # is not the tokenizer's int one: ChatGLM's layer gets `get_masks()`'s
                     # True = hidden, which its fill reads as it should)
                     told = facts.dtype == "int" or (facts.dtype == "bool" and not _keeps(
-                        facts) and _tokenizer_pair((*signature[0].positional,
-                                                    *signature[0].keyword_only), param, UNKNOWN))
+                        facts) and _tokenizer_pair(names, param, UNKNOWN))
                     facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if told else None,
                                   int_on_a_path=facts.int_on_a_path)
                 elif keep_only:
