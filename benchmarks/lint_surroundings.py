@@ -1,7 +1,7 @@
 """Does every finding of `maskcheck check` survive the surroundings a real code base puts it in?
 
     python benchmarks/lint_surroundings.py [--set dev|heldout|heldout2|...|heldout15|all]
-                                           [--show N]
+                                           [--show N] [--part K/N]
 
 Takes every file of the recall corpus (benchmarks/lint_recall: buggy files with `# expect: MC5xx`
 markers and their `*_ok.py` twins), rewrites it the way real code bases hold the same code, runs
@@ -55,6 +55,10 @@ untouched file. The one allowed difference is "gained": a marked bug found only 
 (module-level code reads a name the file binds at module level where the function had an
 unknown parameter). Exit status 0 when nothing was lost or new and no twin has a finding, 1
 otherwise, 2 when check fails.
+`--part K/N` keeps every untouched file but only the rewrites whose (file, surroundings) pair
+falls in part K of N (a fixed CRC-32 of the pair, so a part is the same on every run and the N
+parts together are the whole run): the test suite runs one part to stay within its time, a
+session's measurement runs the whole.
 Runs the maskcheck that this Python imports (set PYTHONPATH to measure a worktree).
 """
 
@@ -68,6 +72,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -525,7 +530,13 @@ class Outcome:
     skipped: Counter[str]  # surroundings that did not apply to a file
 
 
-def measure(files: list[Path], workdir: Path) -> Outcome:
+def in_part(path: Path, surroundings: str, part: tuple[int, int]) -> bool:
+    """Whether rewriting `path` into `surroundings` belongs to part K of N (1-based)."""
+    k, n = part
+    return zlib.crc32(f"{rel(path)}::{surroundings}".encode()) % n == k - 1
+
+
+def measure(files: list[Path], workdir: Path, part: tuple[int, int] = (1, 1)) -> Outcome:
     rules = source_rule_codes()
     originals: dict[Path, Path] = {}
     rewrites: list[tuple[Path, str, Path, dict[Place, int]]] = []
@@ -536,6 +547,8 @@ def measure(files: list[Path], workdir: Path) -> Outcome:
         copy.write_text(source)
         originals[path] = copy
         for name, transform in TRANSFORMS.items():
+            if not in_part(path, name, part):
+                continue
             done = transform(source)
             if done is None:
                 skipped[name] += 1
@@ -626,18 +639,28 @@ def print_outcome(outcome: Outcome, show: int) -> None:
             print(f"  ... {len(items) - show} more (--show N)")
 
 
+def _part(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N")
+    return int(k), int(n)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["dev", *HELD_OUT_SETS, "all"],
                     default="all")
     ap.add_argument("--show", type=int, default=40, help="list at most N items per section")
+    ap.add_argument("--part", type=_part, default=(1, 1), metavar="K/N",
+                    help="only the rewrites in part K of N (every untouched file stays)")
     args = ap.parse_args()
     files = corpus_files(args.set)
+    part = "" if args.part == (1, 1) else f", part {args.part[0]}/{args.part[1]} of the rewrites"
     print(f"maskcheck from {maskcheck_location()}; set {args.set}: {len(files)} files "
           f"({sum(p.name.endswith('_ok.py') for p in files)} correct twins), "
-          f"{len(TRANSFORMS)} surroundings")
+          f"{len(TRANSFORMS)} surroundings{part}")
     with tempfile.TemporaryDirectory(prefix="maskcheck-surroundings-") as tmp:
-        outcome = measure(files, Path(tmp))
+        outcome = measure(files, Path(tmp), args.part)
     known = [a for a in outcome.twin_alarms if _known(a)]
     outcome.twin_alarms[:] = [a for a in outcome.twin_alarms if not _known(a)]
     print_outcome(outcome, args.show)
