@@ -1552,8 +1552,11 @@ class Linter:
                     scope.values[arg.arg] = BOOL_ANNOTATED
                 elif self._class_roles and (
                         _annotation_name(arg.annotation) in self._class_roles):  # `m: MyModel`
-                    scope.values[arg.arg] = Value(param_roles=self._class_roles[
-                        _annotation_name(arg.annotation) or ""])
+                    annotated = _annotation_name(arg.annotation) or ""
+                    # (an instance of the class: its calls are the forward's, and seed it)
+                    scope.values[arg.arg] = Value(
+                        param_roles=self._class_roles[annotated],
+                        module=annotated if annotated in self._local_classes else None)
                 elif (arg.arg == "model" and arg.annotation is None and self._class_roles
                       and self.scope.kind != "class"):
                     model = self._file_model()
@@ -2014,11 +2017,13 @@ class Linter:
                         # mask at its `~` (MC518: CodeT5's `invert_attention_mask`), where the
                         # fix goes
                         pair_only = True
-                    elif kinds <= _KEY_PADDING_ROLES and _tokenizer_pair(
-                            names, param, UNKNOWN) and seed(key, param).dtype == "int":
+                    elif kinds <= _KEY_PADDING_ROLES and ((_tokenizer_pair(
+                            names, param, UNKNOWN) and seed(key, param).dtype == "int") or (
+                            seed(key, param).collated and seed(key, param).dtype is None)):
                         # handed on to a key padding mask, and every call gives the tokenizer's
-                        # int64 mask: its dtype is read at a `~` in the body (mContriever's
-                        # pooling, MC518), the convention at the calls
+                        # int64 mask (or a batch's `attention_mask`, the collator's): its dtype
+                        # is read at a `~` in the body (mContriever's pooling, MC518), the
+                        # convention at the calls
                         int_only = True
                     elif not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
@@ -2311,6 +2316,9 @@ class Linter:
             self.scope.returns.append(returned)
             if isinstance(node.value, ast.Tuple):
                 self.scope.tuple_returns.append(tuple(self.value(e) for e in node.value.elts))
+                for element in node.value.elts:
+                    if isinstance(element, ast.Dict):
+                        self._note_fields(element)  # `return {"patches": p, ...}, targets`
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)
 
@@ -3545,8 +3553,8 @@ class Linter:
         if not isinstance(node.op, ast.Invert):
             return
         facts = self.value(node.operand)
-        if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or mentions_mask(
-                node.operand) or _batch_attention_mask(node.operand))) or (
+        if (facts.dtype == "int" and (facts.hf_keep or facts.int_mask or facts.keep_mask or (
+                mentions_mask(node.operand)) or _batch_attention_mask(node.operand))) or (
                 facts.dtype is None and (
                     facts.collated or facts.int_on_a_path or _batch_attention_mask(
                         node.operand))):
@@ -4921,8 +4929,9 @@ class Linter:
                 kw.value, ast.Name) and kw.value.id not in self.scope.mutated else None
             added: list[str] = []
             if returned and kw.arg is None and isinstance(kw.value, ast.Name) and isinstance(
-                    made := self.scope.derived.get(kw.value.id), ast.Call) and isinstance(
-                    made.func, ast.Name) and made.func.id != "dict":
+                    made := self.scope.derived.get(kw.value.id), ast.Call) and ((isinstance(
+                    made.func, ast.Name) and made.func.id != "dict") or isinstance(
+                    made.func, ast.Attribute)):
                 # `batch = collate(docs); batch["labels"] = y; model(**batch)`: fields added to
                 # the returned dict, the others as it made them; not a dict written otherwise
                 # (`batch.update(...)`, `del batch[k]`)
@@ -4930,6 +4939,17 @@ class Linter:
                 bound, added = (None, []) if stored is None else (made, stored)
             elif returned and kw.arg is None and isinstance(kw.value, ast.Call):
                 bound = kw.value  # `model(**collate_fn(features))`
+            position: int | None = None
+            if returned and kw.arg is None and isinstance(kw.value, ast.Subscript) and (
+                    isinstance(kw.value.value, ast.Call)) and isinstance(
+                    kw.value.slice, ast.Constant) and type(kw.value.slice.value) is int:
+                # `model(**collate(batch)[0])` of a collate returning `{...}, targets`
+                bound, position = kw.value.value, kw.value.slice.value
+            elif returned and kw.arg is None and isinstance(kw.value, ast.Name) and (
+                    bound is None) and (unpacked := self._unpacked_from(kw.value.id)) and (
+                    stored := self._keys_stored(kw.value.id)) is not None:
+                # `inputs, targets = collate(batch); model(**inputs)`
+                (bound, position), added = unpacked, stored
             if isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
                     bound.func.id == "dict") and not bound.args and all(
                     k.arg is not None for k in bound.keywords):
@@ -4940,12 +4960,8 @@ class Linter:
                 keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
                                 for k, v in zip(bound.keys, bound.values, strict=True))
                 spread = True
-            elif returned and isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
-                    bound.func.id in self._local_defs or self.lookup(
-                        bound.func.id).module in self._local_classes) and (
-                    keys := _returned_dict_keys(self._tree, bound.func.id) or (
-                        _returned_dict_keys(self._tree, "__call__", self.lookup(
-                            bound.func.id).module))):
+            elif returned and isinstance(bound, ast.Call) and (
+                    keys := self._dict_keys_made(bound, position)):
                 # `batch = collate(docs)` of a function of this file returning a dict literal,
                 # then `model(**batch)`: each key is `batch["key"]` (read as the dict returned)
                 source = ast.Name(kw.value.id, ast.Load()) if isinstance(
@@ -4959,6 +4975,42 @@ class Linter:
         if not spread:
             return call
         return ast.copy_location(ast.Call(call.func, call.args, keywords), call)
+
+    def _dict_keys_made(self, call: ast.Call, position: int | None = None) -> tuple[str, ...]:
+        """The keys of the dict literal `call` returns (with `position`, at that position of
+        the tuple it returns): a function of this file (`collate(b)`), a collator instance's
+        `__call__` (`collator(b)`) or a method of an instance of a class of this file
+        (`dataset.batch(idx)`); () where it is not known."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self._local_defs:
+                return _returned_dict_keys(self._tree, func.id, position=position)
+            owner = self.lookup(func.id).module
+            return _returned_dict_keys(self._tree, "__call__", owner, position) if (
+                owner in self._local_classes) else ()
+        if isinstance(func, ast.Attribute) and func.attr != "__call__":
+            owner = self.value(func.value).module
+            if owner in self._local_classes:
+                return _returned_dict_keys(self._tree, func.attr, owner, position)
+        return ()
+
+    def _unpacked_from(self, name: str) -> tuple[ast.Call, int] | None:
+        """(call, position) where this function binds `name` once, as one name of a tuple a
+        call returns (`inputs, targets = collate(batch)`)."""
+        root = self.scope.node if self.scope.kind == "function" else self._tree
+        if root is None or name in self.scope.mutated:
+            return None
+        found: list[tuple[ast.Call, int]] = []
+        stores = 0
+        for node in subnodes(root):
+            if isinstance(node, ast.Name) and node.id == name and not isinstance(
+                    node.ctx, ast.Load):
+                stores += 1
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                    node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call):
+                found.extend((node.value, i) for i, e in enumerate(node.targets[0].elts)
+                             if isinstance(e, ast.Name) and e.id == name)
+        return found[0] if stores == 1 and len(found) == 1 else None
 
     def _keys_stored(self, name: str) -> list[str] | None:
         """The keys this function (or the module) writes into the dict `name` when its only
@@ -6745,6 +6797,9 @@ _SEED_FACTS = frozenset({
     "pair_keep",
     # an integer mask on one path of a helper's returns (MC518 at a `~` of it)
     "int_on_a_path",
+    # `batch["attention_mask"]` of a batch not known here: the collator's int64 (MC518 at a
+    # `~` of it in the function it is handed to, as at one in the caller)
+    "collated",
     # the integer literal 0: a cache offset every call starts at (MC510 reads no cache)
     "int_zero",
     # an instance of a class of this file, or of torch's attention modules, given to a
@@ -7456,12 +7511,13 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign | ast.AnnAssign]:
     return last
 
 
-def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = None
-                        ) -> tuple[str, ...]:
+def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = None,
+                        position: int | None = None) -> tuple[str, ...]:
     """The keys of the dict literal that the function `name` of the file (its only definition
     of that name, at any depth; with `owner`, the only one in the file's only class of that
     name: a collator's `__call__`) returns, when each of its returns is such a dict with the
-    same string keys (a collate function); () otherwise."""
+    same string keys (a collate function); with `position`, the dict at that position of the
+    tuple each return gives (`return {"patches": p, ...}, targets`); () otherwise."""
     if tree is not None and owner is not None:
         classes = [n for n in subnodes(tree) if isinstance(n, ast.ClassDef) and n.name == owner]
         tree = classes[0] if len(classes) == 1 else None
@@ -7479,6 +7535,9 @@ def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = Non
             continue
         if isinstance(node, ast.Return):
             value = node.value
+            if position is not None:
+                value = value.elts[position] if isinstance(value, ast.Tuple) and (
+                    -len(value.elts) <= position < len(value.elts)) else None
             if not isinstance(value, ast.Dict) or not all(
                     isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
                 return ()

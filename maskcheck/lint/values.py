@@ -45,6 +45,7 @@ _KEEPS_DTYPE = frozenset({
     # gathered at the targets, then filled with -1e30)
     "gather", "index_select", "take_along_dim",
 })
+_PICKS = frozenset({"gather", "index_select", "take_along_dim"})
 # Methods that cast to a float dtype (by their name, or by their argument).
 _FLOAT_CASTS = frozenset({"to", "type", "type_as", "float", "half", "bfloat16", "double"})
 # Comparison methods: a bool result.
@@ -813,7 +814,10 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True, layout="BS")
-    if not base and isinstance(key, ast.Constant) and isinstance(key.value, str):
+    if (not base or base.tokens) and isinstance(key, ast.Constant) and isinstance(
+            key.value, str):
+        # (`processor.pad(images)["pixel_mask"]` reads as a tokenizer's output by its names,
+        # but a dict of this file returned under that key is what it holds)
         written = dotted(node.value)
         held = lookup(f'{written}["{key.value}"]') if written is not None else UNKNOWN
         if held:
@@ -1811,11 +1815,13 @@ def _describe_factory(
         # written into that dtype): the result has that dtype.
         joined = argument(call, 0, "tensors" if name != "pad_sequence" else "sequences")
         dtype = describe(joined, lookup).elements if joined is not None else None
-        if dtype is None and isinstance(joined, (ast.List, ast.Tuple)) and joined.elts and all(
-                _as_tensor(e, lookup).dtype == "bool" for e in joined.elts):
+        if dtype is None and isinstance(joined, (ast.List, ast.Tuple)) and joined.elts and len(
+                dtypes := {_as_tensor(e, lookup).dtype for e in joined.elts}) == 1 and (
+                dtypes <= {"bool", "int"}):
             # `torch.cat([torch.isnan(x_num), x_cat < 0], dim=1)`: only tensors are joined, so
-            # a comparison among them is an elementwise one
-            dtype = "bool"
+            # a comparison among them is an elementwise one; `torch.cat([prefix_valid,
+            # patch_valid], 1)` of two int64 masks is one
+            dtype = dtypes.pop()
         return Value(dtype=dtype) if dtype is not None else UNKNOWN
     if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
         # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
@@ -1861,7 +1867,7 @@ def _describe_factory(
     if name in {"softmax", "log_softmax"} and call.args:
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
     if name in _KEEPS_DTYPE and call.args:
-        return _float_dtype_of(describe(call.args[0], lookup), call)
+        return _float_dtype_of(describe(call.args[0], lookup), call, name)
     return None
 
 
@@ -1875,10 +1881,13 @@ def _dtype_of_tensor(node: ast.AST, lookup: Lookup) -> str | None:
     return "int" if name is not None and token_ids_name(name) else None
 
 
-def _float_dtype_of(value: Value, call: ast.Call) -> Value | None:
+def _float_dtype_of(value: Value, call: ast.Call, name: str = "") -> Value | None:
     """A float result's dtype: `dtype=` if given (`x.sum(dtype=torch.float32)`), else the
-    input's when it is a float one (an int or bool sum is int64: not followed)."""
+    input's when it is a float one (an int or bool sum is int64: not followed). Picking entries
+    (`torch.gather(same_market, 1, idx)`) keeps a bool tensor bool too."""
     dtype = dtype_of(kwarg(call, "dtype")) or value.dtype
+    if name in _PICKS and value.dtype == "bool":
+        return Value(dtype="bool")
     return Value(dtype=dtype) if dtype in FLOAT_DTYPES else None
 
 
@@ -2153,7 +2162,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         if is_masking_value(fill, lookup):
             return Value(dtype=base.dtype, additive=True, finfo_min=is_finfo_min(fill, lookup))
     if name in _KEEPS_DTYPE:
-        return _float_dtype_of(base, call) or UNKNOWN
+        return _float_dtype_of(base, call, name) or UNKNOWN
+    if name in _BOOL_TESTS:
+        return Value(dtype="bool")  # `x.isfinite()`: a bool tensor, as `torch.isfinite(x)`
     return UNKNOWN
 
 
