@@ -27,6 +27,7 @@ from maskcheck.lint.values import (
     COLLATED_MASK_KEYS,
     FIELD,
     FLOAT_DTYPES,
+    FOREIGN,
     FP16_MAX,
     HALF_DTYPES,
     KEEPS_VALUES,
@@ -67,6 +68,7 @@ from maskcheck.lint.values import (
     site,
     starts_at_zero,
     token_ids_name,
+    torch_attention_class,
 )
 from maskcheck.lint.walk import FIELDS as WALK_FIELDS
 from maskcheck.lint.walk import subnodes
@@ -3563,8 +3565,8 @@ class Linter:
             where = " on one path of the helper that made it" if facts.dtype is None and (
                 facts.int_on_a_path) else ""
             self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask"
-                        f"{where}: ~1 == -2 and ~0 == -1 (both true); use `== 0` or .bool() "
-                        "first", edit)
+                        f"{where}: ~1 and ~0 are both true (-2 and -1 in int64, 254 and 255 "
+                        "in uint8); use `== 0` or .bool() first", edit)
 
     def _edit(self, node: ast.AST, text: str) -> Edit | None:
         end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset",
@@ -4464,14 +4466,30 @@ class Linter:
             return mask, shown
         start = getattr(node, "lineno", 0)
         if start <= made[0] <= (getattr(node, "end_lineno", None) or start) and (
-                made[0] <= line <= made[2] or root_name(
+                made[0] <= line <= made[2] or (root_name(
                     mask.left if isinstance(mask, ast.Compare) else mask) in self._names_bound_at(
-                    made)):
+                    made) and not self._built_and_read_as_keep(made, mask))):
             # in this function and read under the name it was bound to: the use shows it
             return mask, shown
         # made elsewhere (a builder or a closure of the file), or combined into another mask
         # since (SASRec's `blocked = attention_mask.unsqueeze(0) | timeline_mask...`)
         return _placed(made), f"this triangle ({shown} at line {line})"
+
+    def _built_and_read_as_keep(self, made: tuple[int, int, int], mask: ast.AST) -> bool:
+        """`mask = (torch.triu(torch.ones(n, n)) == 1)` then `masked_fill(mask == 0, -inf)`:
+        built as a keep-mask (`== 1` of the triangle) and read as one (filled where it is 0),
+        so the use is right and the triangle is what points the wrong way (the tutorial's
+        `generate_square_subsequent_mask` without its `.transpose(0, 1)`): the fix goes where
+        it was built."""
+        if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(
+                mask.ops[0], ast.Eq) and is_zero(mask.comparators[0])):
+            return False
+        for stmt in ast.walk(self.scope.node) if self.scope.node is not None else ():
+            if isinstance(stmt, ast.Assign) and stmt.lineno == made[0]:
+                built = stmt.value
+                return isinstance(built, ast.Compare) and len(built.ops) == 1 and isinstance(
+                    built.ops[0], ast.Eq) and number(built.comparators[0]) == 1
+        return False
 
     def _names_bound_at(self, made: tuple[int, int, int]) -> set[str]:
         """The names an assignment starting on the line of `made` binds."""
@@ -6269,8 +6287,9 @@ def _container_attention(value: ast.expr) -> str | None:
     names = {call_name(m) for m in made if isinstance(m, ast.Call)}
     if not made or len(names) != 1 or len(made) != sum(isinstance(m, ast.Call) for m in made):
         return None
-    name = names.pop()
-    return name if name in ATTENTION_CLASSES else None
+    name, first = names.pop(), made[0]
+    return name if name in ATTENTION_CLASSES and isinstance(first, ast.Call) and (
+        torch_attention_class(first.func)) else None
 
 
 def _asserted_bool(test: ast.expr) -> list[str]:
@@ -7729,7 +7748,11 @@ def lint_tree(
         enabled = enabled - {"MC512"}
     if "lambda" in source:
         _named_lambdas_as_defs(tree)
-    token = MODULE_ALIASES.set({})  # this file's `import torch as th` and the like
+    # this file's `import torch as th` and the like; a class of the file spelled as one of
+    # torch's attention classes is its own (crslab's ParlAI-style `TransformerEncoderLayer`,
+    # whose forward takes `(tensor, mask)`), not torch's
+    token = MODULE_ALIASES.set({name: FOREIGN + name for name in _defined_names(tree)[1]
+                                if name in ATTENTION_CLASSES})
     try:
         linter, hits, declared = first_walk(tree, enabled, source, path)
         seeds = linter._seeded_parameters()

@@ -1563,7 +1563,7 @@ _MASK_PRODUCTS = frozenset({"mul", "logical_and", "bitwise_and"})
 _BOOL_TESTS = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "isreal", "isin"})
 
 
-def _torch_attention_class(func: ast.expr) -> bool:
+def torch_attention_class(func: ast.expr) -> bool:
     """`nn.TransformerEncoder`, or the bare name unless the file imports it from elsewhere."""
     aliases = MODULE_ALIASES.get(None) or {}
     if isinstance(func, ast.Name):
@@ -1592,7 +1592,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return Value(grad=rg is None or not is_zero(rg))
     if name in {"ParameterList", "ParameterDict"}:
         return Value(element_grad=True)
-    if name in ATTENTION_CLASSES and _torch_attention_class(call.func):
+    if name in ATTENTION_CLASSES and torch_attention_class(call.func):
         return Value(mha=True, module=name)
     if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
         parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
