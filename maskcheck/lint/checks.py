@@ -2233,10 +2233,15 @@ class Linter:
             if done.kind != "class" or not done.name or not (
                     forward := done.values.get("self." + called)):
                 continue
+            # a mask module: `self.attn_mask(n)` of SongNet's `SelfAttentionMask`, whose forward
+            # returns a slice of the bool triangle its __init__ built (read where the call's
+            # inlined forward, which sees the caller's `self`, gives nothing)
+            mask_module = isinstance(forward.result, Value) and (
+                forward.result.dtype == "bool") and forward.result.tri is not None
             if forward.inline is not None:
                 self.bind(f"{done.name}.{called}", Value(inline=replace(
-                    forward.inline, foreign=True)))
-            elif called == "__call__" and isinstance(forward.result, Value):
+                    forward.inline, foreign=True), result=forward.result if mask_module else None))
+            elif (called == "__call__" or mask_module) and isinstance(forward.result, Value):
                 self.bind(f"{done.name}.{called}", Value(result=forward.result))
             elif forward.parts:
                 # `x, mel_len, mel_mask = self.variance_adaptor(x, ...)`: what each position of

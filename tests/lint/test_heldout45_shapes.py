@@ -100,3 +100,45 @@ def test_a_file_s_own_encoder_layer_is_not_torch_s(found: Found) -> None:
     torch_layer = OWN_ENCODER_LAYER[:start] + OWN_ENCODER_LAYER[end:]
     call = torch_layer.splitlines().index("            tensor = self.layers[i](tensor, mask)")
     assert found(torch_layer) == [(call + 1, "MC515")]
+
+
+# SongNet's mask module, one hop short of held-out 45's: an nn.Module whose forward returns a
+# slice of the bool triangle its __init__ built, called as `self.attn_mask(n)`.
+MASK_MODULE = """\
+import torch
+import torch.nn as nn
+
+
+def get_mask(size):
+    return torch.triu(torch.ones((size, size), dtype=torch.bool))
+
+
+class SelfAttentionMask(nn.Module):
+    def __init__(self, init_size=100):
+        super().__init__()
+        self.weights = get_mask(init_size)
+
+    def forward(self, size):
+        return self.weights[:size, :size].detach()
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn_mask = SelfAttentionMask()
+
+    def forward(self, scores):
+        m = self.attn_mask(scores.size(-1))
+        return scores.masked_fill(m, float("-inf")).softmax(-1)
+"""
+
+
+def test_a_triangle_from_a_mask_module_meets_its_fill(found: Found) -> None:
+    assert found(MASK_MODULE) == [(6, "MC503")]
+    assert found(MASK_MODULE.replace("dtype=torch.bool))", "dtype=torch.bool), 1)")) == []
+
+
+def test_a_diagonal_zero_triangle_empties_the_first_row() -> None:
+    future = torch.triu(torch.ones(3, 3, dtype=torch.bool))
+    weights = torch.zeros(3, 3).masked_fill(future, float("-inf")).softmax(-1)
+    assert weights[0].isnan().all()
