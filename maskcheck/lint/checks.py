@@ -2412,8 +2412,10 @@ class Linter:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
                 _annotation_name(node.annotation) in self._class_roles):
             # `model: MyModel` declared: an instance, as a parameter annotated so would be
+            annotated = _annotation_name(node.annotation) or ""
             self.scope.values[node.target.id] = Value(
-                param_roles=self._class_roles[_annotation_name(node.annotation) or ""])
+                param_roles=self._class_roles[annotated],
+                module=annotated if annotated in self._local_classes else None)
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, (ast.Name, ast.Attribute, ast.Subscript)):
                 # `s += mask` reads like `s = s + mask` for the rules on + and *
@@ -4490,7 +4492,7 @@ class Linter:
                 mask.ops[0], ast.Eq) and is_zero(mask.comparators[0])):
             return False
         for stmt in ast.walk(self.scope.node) if self.scope.node is not None else ():
-            if isinstance(stmt, ast.Assign) and stmt.lineno == made[0]:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.lineno == made[0]:
                 built = stmt.value
                 return isinstance(built, ast.Compare) and len(built.ops) == 1 and isinstance(
                     built.ops[0], ast.Eq) and number(built.comparators[0]) == 1

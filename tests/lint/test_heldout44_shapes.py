@@ -220,3 +220,13 @@ def test_int_new_ones_joined_to_an_int_mask_stays_int() -> None:
     valid = torch.tensor([[1, 0]], dtype=torch.long)
     joined = torch.cat([valid.new_ones((1, 1)), valid], dim=1)
     assert joined.dtype == torch.int64 and (~joined).tolist() == [[-2, -2, -1]]
+
+
+def test_a_model_declared_at_module_level_is_an_instance_too(found: Found) -> None:
+    # (the surroundings benchmark's module-level rewrite: `def train(model: Encoder, ...)`'s
+    # body run at module level under the declaration `model: Encoder`)
+    declared = GENERATOR_BATCHES_TO_AN_ANNOTATED_MODEL.replace(
+        "def train(model: Encoder, sessions):\n", "model: Encoder\nif True:\n")
+    assert "model: Encoder\nif True:" in declared
+    assert found(declared) == [(18, "MC518")]
+

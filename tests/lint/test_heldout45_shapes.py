@@ -142,3 +142,9 @@ def test_a_diagonal_zero_triangle_empties_the_first_row() -> None:
     future = torch.triu(torch.ones(3, 3, dtype=torch.bool))
     weights = torch.zeros(3, 3).masked_fill(future, float("-inf")).softmax(-1)
     assert weights[0].isnan().all()
+
+
+def test_the_built_triangle_is_found_as_well_when_annotated(found: Found) -> None:
+    annotated = SUBSEQUENT_MASK_WITHOUT_TRANSPOSE.replace(
+        "    mask = (torch.triu", '    mask: "torch.Tensor" = (torch.triu')
+    assert found(annotated) == [(5, "MC521")]
