@@ -4491,21 +4491,22 @@ class Linter:
         if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(
                 mask.ops[0], ast.Eq) and is_zero(mask.comparators[0])):
             return False
-        for stmt in ast.walk(self.scope.node) if self.scope.node is not None else ():
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.lineno == made[0]:
-                built = stmt.value
-                return isinstance(built, ast.Compare) and len(built.ops) == 1 and isinstance(
-                    built.ops[0], ast.Eq) and number(built.comparators[0]) == 1
-        return False
+        assignments = self._assignments_at(made[0])
+        built = assignments[0].value if assignments else None
+        return isinstance(built, ast.Compare) and len(built.ops) == 1 and isinstance(
+            built.ops[0], ast.Eq) and number(built.comparators[0]) == 1
+
+    def _assignments_at(self, line: int) -> list[ast.Assign | ast.AnnAssign]:
+        """The assignments of this function that start on `line` (where a fact was made)."""
+        return [node for node in (ast.walk(self.scope.node) if self.scope.node is not None
+                                  else ()) if isinstance(node, (ast.Assign, ast.AnnAssign))
+                and node.lineno == line]
 
     def _names_bound_at(self, made: tuple[int, int, int]) -> set[str]:
         """The names an assignment starting on the line of `made` binds."""
-        names: set[str] = set()
-        for node in ast.walk(self.scope.node) if self.scope.node is not None else ():
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno == made[0]:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names.update(t.id for t in targets if isinstance(t, ast.Name))
-        return names
+        return {t.id for node in self._assignments_at(made[0]) for t in (
+            node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(t, ast.Name)}
 
     def _mha_mask(self, mask: ast.expr) -> None:
         self._note_role(mask, "float-mha", raw=True)
