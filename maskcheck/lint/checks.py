@@ -1038,7 +1038,17 @@ class Linter:
                 return found
             if name in scope.assigned:
                 return UNKNOWN
-        return UNKNOWN
+        return self._own_static(name)
+
+    def _own_static(self, name: str) -> Value:
+        """`SelfAttentionMask.get_mask(n)` inside SelfAttentionMask's own methods, before the
+        class is done and bound: its staticmethod, as `self.get_mask(n)` reads it."""
+        owner, _, attr = name.partition(".")
+        cls = self._class_scope()
+        if not attr or "." in attr or cls is None or cls.name != owner:
+            return UNKNOWN
+        shape = self._local_classes.get(owner)
+        return self._lookup_self(attr) if shape is not None and attr in shape.static else UNKNOWN
 
     def _record_field(self, text: str) -> Value | None:
         """A field of a record by its dotted text: `inputs.src_mask` of `inputs: EncoderInputs`,
@@ -2048,8 +2058,10 @@ class Linter:
                     # True = hidden, which its fill reads as it should)
                     told = facts.dtype == "int" or (facts.dtype == "bool" and not _keeps(
                         facts) and _tokenizer_pair(names, param, UNKNOWN))
-                    facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if told else None,
-                                  int_on_a_path=facts.int_on_a_path)
+                    triangle = _hiding_triangle(facts) if kinds == {"drop-fill"} else {}
+                    facts = Value(pair_keep=facts.pair_keep, dtype=facts.dtype if (
+                        told or triangle) else None, int_on_a_path=facts.int_on_a_path,
+                        **triangle)
                 elif keep_only:
                     facts = Value(dtype=facts.dtype if facts.dtype in {"bool", "int"} else None,
                                   hf_keep=facts.hf_keep, pad_keep=facts.pad_keep,
@@ -6739,10 +6751,12 @@ def _defined_names(tree: ast.AST) -> tuple[set[str], dict[str, _ClassShape]]:
             if isinstance(node, ast.ClassDef):
                 bases = tuple(b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
                               if isinstance(b, (ast.Name, ast.Attribute)))
-                methods = frozenset(m.name for m in node.body if isinstance(
-                    m, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                defined = [m for m in node.body if isinstance(
+                    m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                methods = frozenset(m.name for m in defined)
+                static = frozenset(m.name for m in defined if _is_static(m))
                 # (a class name defined twice keeps its first definition's shape)
-                classes.setdefault(node.name, _ClassShape(bases, methods))
+                classes.setdefault(node.name, _ClassShape(bases, methods, static))
     return names, classes
 
 
@@ -6750,6 +6764,17 @@ class _ClassShape(NamedTuple):
     """A class of the file: the names of its bases, and the methods its body defines."""
     bases: tuple[str, ...]
     methods: frozenset[str]
+    static: frozenset[str] = frozenset()  # the @staticmethods among them
+
+
+def _hiding_triangle(facts: Value) -> dict[str, Any]:
+    """The facts of a bool triangle built the right way round for a fill (True above the
+    diagonal: hidden) that every call gives a fill condition: its diagonal is read at the fill
+    and reported where it was built (SongNet's `SelfAttentionMask` handed down two modules);
+    its direction is checked at the calls."""
+    if facts.dtype == "bool" and facts.tri == "upper" and facts.tri_at is not None:
+        return {"tri": facts.tri, "tri_at": facts.tri_at, "hides_above": True}
+    return {}
 
 
 def _method_owner(classes: dict[str, _ClassShape], cls: str, method: str) -> str:
@@ -7948,9 +7973,11 @@ def _self_calls(tree: ast.AST) -> _ClassCalls:
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 methods[item.name] = item.lineno  # the last definition's line
+        # (`SelfAttentionMask.get_mask(n)` in its own class: a static method, as self.'s)
+        own = ("self", node.name)
         calls = [(call.func.attr, call.lineno) for call in subnodes(node)
                  if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"]
+                 and isinstance(call.func.value, ast.Name) and call.func.value.id in own]
         index.append((node.name, methods, calls))
     return index
 
