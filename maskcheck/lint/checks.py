@@ -1108,6 +1108,13 @@ class Linter:
             held = self._record_field(chain)
             if held is not None:
                 return held
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.List)) and self._local_classes:
+            # `Encoder([EncoderLayer(AttentionLayer(...)) for _ in range(n)])` (Informer's and
+            # the Anomaly Transformer's layout): instances of a class of this file, which the
+            # callee holds in a ModuleList (`_container_facts`)
+            made = _made_instances(node)
+            if made in self._local_classes:
+                return Value(element_module=made, element_roles=self._class_roles.get(made, ()))
         facts = describe(node, self.lookup)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
             # an additive mask plus a finite bias that is not the scores (ALiBi's
@@ -2227,6 +2234,9 @@ class Linter:
                 if "." not in key and (helper.returns_bool or helper.result is not None
                                        or helper.inline is not None):
                     self.bind(f"{done.name}.{key}", replace(helper, param_roles=()))
+            if (item := done.values.get("self.__getitem__")) is not None and item.parts:
+                # a dataset class: what a DataLoader's default batching stacks (values)
+                self.bind(f"{done.name}.__getitem__", Value(parts=item.parts))
             for method in getattr(done.node, "body", []):
                 # `Config.from_dict(d)`: a classmethod called through its class gives what its
                 # returns give (`return cls(**d)`: an instance of the class)
@@ -2772,6 +2782,14 @@ class Linter:
             elif picked := self._registry_choice(value):
                 facts = replace(facts, classes=picked)  # `block = ATTENTION_TYPES[cfg.kind]`
         elements = _container_class(value)
+        if elements is None and isinstance(value, ast.Call) and call_name(value) in {
+                "ModuleList", "Sequential"} and len(value.args) == 1:
+            # `nn.ModuleList(attn_layers)` of a parameter every call gives a list of instances
+            # of one class of this file (seeded)
+            given = value.args[0]
+            given = given.value if isinstance(given, ast.Starred) else given
+            if isinstance(given, ast.Name):
+                elements = self.lookup(given.id).element_module
         # `nn.ModuleList(block(d) for ...)` or `self.attn = block(d)` of a registry's class
         chosen = self.lookup(elements).classes if elements is not None and (
             elements not in self._local_defs) else ()
@@ -3617,6 +3635,23 @@ class Linter:
                 known.dtype not in {None, *FLOAT_DTYPES}):
             return False
         scope.values[held] = replace(known, zeros=False, float01=True)
+        return True
+
+    def _keep_prefix_written(self, held: str, target: ast.Subscript, value: ast.expr) -> bool:
+        """`m = torch.zeros(b, t, dtype=torch.bool)` then only `m[i, :n] = True` (or an int64
+        one, `= 1`): each row's first n positions, its real tokens, written 1 by hand (a
+        collate function's mask): a keep-mask, 1 = real token, not a stale one."""
+        if held.startswith("self.") or not _row_prefix(target):
+            return False
+        scope = self._binding_scope(held)
+        known = scope.values.get(held)
+        written = number(value, self.lookup) if not (
+            isinstance(value, ast.Constant) and isinstance(value.value, bool)) else (
+            1.0 if value.value else 0.0)
+        if known is None or held in scope.mutated or written != 1 or not (
+                known.zeros or known.pad_keep) or known.dtype not in {"bool", "int"}:
+            return False
+        scope.values[held] = replace(known, zeros=False, pad_keep=True)
         return True
 
     def _mutate(self, name: str) -> None:
@@ -4789,7 +4824,8 @@ class Linter:
             if written is not None:
                 self.bind(f'{written}["{target.slice.value}"]', self.value(value) or TENSOR)
         held = _held_name(target)
-        if held is not None and not self._ones_written(held, value):
+        if held is not None and not self._ones_written(held, value) and not (
+                self._keep_prefix_written(held, target, value)):
             self._mutate(held)
         if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target) and (
                 not _similarity_name(target)):
@@ -5449,10 +5485,23 @@ class Linter:
         name = self._callee_text(call)
         by_role: dict[str, list[ast.expr]] = {}
         callees = self._callee_keys(call) if self.use_site or self.seeds else ()
+        if not callees and (self.use_site or self.seeds) and isinstance(call.func, ast.Name) and (
+                call.func.id == "model") and (model := self._file_model()) is not None and (
+                self.lookup("model").param_roles == self._class_roles.get(model)):
+            # `def evaluate(model, batches)`: the file's model, whose roles the call was read by
+            callees = ((model, "forward"),)
         for entry in roles:
             passed = _role_argument(call, entry)
             if passed is not None and not (entry.role in _USE_SITE_ROLES and any(
-                    (callee, entry.param) in self.use_site for callee in callees)) and not (
+                    (callee, entry.param) in self.use_site or (
+                        # handed on to such a use by a function every call gives the mask:
+                        # reported there too (the Anomaly Transformer's `gap_bias`, down
+                        # Encoder, EncoderLayer and AttentionLayer to the product)
+                        # (with a use-site parameter only: the walk is then whole, as a
+                        # rerun of some statements would not read the other calls so)
+                        not entry.direct and self.use_site and entry.param in self.seeds.get(
+                            callee, {}))
+                    for callee in callees)) and not (
                     entry.role == "addmin" and any(
                         self.seeds.get(callee, {}).get(entry.param, UNKNOWN).finfo_min
                         for callee in callees)):
@@ -6185,6 +6234,12 @@ def _container_class(value: ast.expr) -> str | None:
     arg = value.args[0]
     if isinstance(arg, ast.Starred):
         arg = arg.value
+    return _made_instances(arg)
+
+
+def _made_instances(arg: ast.expr) -> str | None:
+    """`[Block(d) for _ in range(n)]`, `(Block(d) for ...)`, `[Block(a), Block(b)]`: the class
+    every element is an instance of."""
     if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
         made = [arg.elt]
     elif isinstance(arg, ast.List):
@@ -6857,6 +6912,9 @@ _SEED_FACTS = frozenset({
     # an instance of a class of this file, or of torch's attention modules, given to a
     # constructor (`TransformerWrapper(attn_layers=Encoder(...))`): what its calls do
     "module", "mha", "member",
+    # a list of instances of a class of this file (`Encoder([EncoderLayer(...) for ...])`),
+    # which the constructor holds in a ModuleList: what each element's calls do
+    "element_module",
     # a (batch, 1, seq, 1) padding layout and where it was made (MC514 is reported there)
     "layout", "layout_at",
     # a tuple of masks a function returned, passed whole (`attn(x, masks)`): its positions
@@ -7344,6 +7402,21 @@ def _casts_to_bool(call: ast.Call) -> bool:
         return True
     target = argument(call, 0, "dtype") if name in {"to", "type"} else None
     return target is not None and dtype_of(target) == "bool"
+
+
+def _row_prefix(target: ast.Subscript) -> bool:
+    """`m[i, :n]` / `m[i][:n]` / `m[i, 0:n]`: the first n positions of one row of a
+    (batch, seq) tensor held in a name."""
+    index, rows = target.slice, target.value
+    if isinstance(index, ast.Tuple) and len(index.elts) == 2 and isinstance(rows, ast.Name):
+        row, index = index.elts
+    elif isinstance(rows, ast.Subscript) and isinstance(rows.value, ast.Name):
+        row = rows.slice
+    else:
+        return False
+    return not isinstance(row, (ast.Slice, ast.Tuple)) and isinstance(index, ast.Slice) and (
+        index.upper is not None and index.step is None) and (
+        index.lower is None or is_zero(index.lower))
 
 
 def _held_name(node: ast.AST) -> str | None:

@@ -823,12 +823,15 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         if held:
             return held  # what this function wrote under the key (`res["mask"] = ...`)
         held = lookup(f"[{key.value}]")  # a field a function of this file returns in a dict
-        if held and key.value in COLLATED_MASK_KEYS and held.dtype == "int" and not (
+        if held and key.value in COLLATED_MASK_KEYS and ((held.dtype == "int" and not (
                 held.hf_keep_inverted or held.pad_keep or held.keep_mask or held.additive
-                or held.finfo_min or held.tri or held.hides_above or held.layout):
+                or held.finfo_min or held.tri or held.hides_above or held.layout)) or (
+                held.pad_keep and held.dtype in {"bool", "int"} and not (
+                    held.hf_keep_inverted or held.tri or held.hides_above))):
             # an integer mask a tokenizer of this file returns under the tokenizer's key, built
             # as zeros with 1 written at the real tokens (sentence-transformers' layout): the
-            # key's convention, 1 = real token
+            # key's convention, 1 = real token; or a keep-mask the file wrote so under that key
+            # (a bool `zeros` with True at each row's real tokens): the key's convention too
             return replace(held, hf_keep=True, collated=True)
         if held:
             return held
@@ -1597,6 +1600,14 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
     if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
         parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
         return Value(element_parts=parts) if parts else UNKNOWN
+    if name == "DataLoader" and collate is None and (
+            dataset := argument(call, 0, "dataset")) is not None:
+        # `DataLoader(WindowDataset(...))`, default batching: what each position of the tuple
+        # the dataset class's __getitem__ returns is, stacked over the batch
+        items = dataset.func.id if isinstance(dataset, ast.Call) and isinstance(
+            dataset.func, ast.Name) else describe(dataset, lookup).module
+        parts = lookup(items + ".__getitem__").parts if items else ()
+        return Value(element_parts=tuple(_stacked(p) for p in parts)) if parts else UNKNOWN
     if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
                 hint in (last_name(base_node) or "").lower() for hint in _TOKENIZER_HINTS)
@@ -1677,6 +1688,18 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             described.cast01 and not base.cast01)):
         described = replace(described, floated_at=site(call))  # where the fix for MC508 goes
     return described
+
+
+# What default_collate keeps of a sample's tensor when it stacks a batch of them: its dtype and
+# its kind of mask, not its axes (a triangle or a layout of one sample's axes).
+_STACKED_FACTS = ("dtype", "additive", "finfo_min", "zero_one", "float01", "padding01",
+                  "pad_keep", "keep_mask", "hf_keep", "hf_keep_inverted", "tensor")
+
+
+def _stacked(part: Any) -> Any:
+    if not isinstance(part, Value):
+        return UNKNOWN
+    return Value(**{name: getattr(part, name) for name in _STACKED_FACTS})
 
 
 _inlining = [0]  # how many helper calls deep the current description is

@@ -90,3 +90,166 @@ def test_a_diagonal_zero_triangle_empties_the_first_row_after_two_modules() -> N
     weights = torch.zeros(2, 3, 3).masked_fill(hidden.unsqueeze(0), float("-inf")).softmax(-1)
     assert weights[:, 0].isnan().all()
     assert not weights[:, 1:].isnan().any()
+
+
+# Held-out 46's indoor positioning collator: a bool `zeros` with True written over each row's
+# real positions, returned under the tokenizer's key, then handed as it is to torch's
+# key-padding mask (True = padding).
+PREFIX_WRITTEN_COLLATOR = """\
+import torch
+import torch.nn as nn
+
+
+def collate_fn(samples):
+    b, n = len(samples), max(len(s) for s in samples)
+    ids = torch.zeros(b, n, dtype=torch.long)
+    attention_mask = torch.zeros(b, n, dtype=torch.bool)
+    for i, s in enumerate(samples):
+        ids[i, :len(s)] = s
+        attention_mask[i, :len(s)] = True
+    return {"ids": ids, "attention_mask": attention_mask}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, batch):
+        attention_mask = batch["attention_mask"]
+        return self.encoder(self.embed(batch["ids"]), src_key_padding_mask=attention_mask)
+"""
+
+
+def test_a_collator_s_prefix_written_mask_is_a_keep_mask(found: Found) -> None:
+    line = PREFIX_WRITTEN_COLLATOR.splitlines().index(
+        "        return self.encoder(self.embed(batch[\"ids\"]), "
+        "src_key_padding_mask=attention_mask)") + 1
+    assert found(PREFIX_WRITTEN_COLLATOR) == [(line, "MC502")]
+    inverted = PREFIX_WRITTEN_COLLATOR.replace(
+        "src_key_padding_mask=attention_mask", "src_key_padding_mask=~attention_mask")
+    assert found(inverted) == []
+
+
+def test_a_suffix_written_mask_is_no_keep_mask(found: Found) -> None:
+    # True written after each row's real positions: a padding mask, as the encoder reads it
+    padding = PREFIX_WRITTEN_COLLATOR.replace(
+        "attention_mask[i, :len(s)] = True", "attention_mask[i, len(s):] = True")
+    assert found(padding) == []
+
+
+def test_a_prefix_written_mask_as_a_key_padding_mask_hides_the_real_tokens() -> None:
+    keep = torch.zeros(1, 3, dtype=torch.bool)
+    keep[0, :2] = True
+    attention = torch.nn.MultiheadAttention(4, 1, batch_first=True).eval()
+    x = torch.randn(1, 3, 4)
+    _, weights = attention(x, x, x, key_padding_mask=keep)
+    # every query attends to the one padded position only
+    assert weights[0, :, :2].eq(0).all() and torch.allclose(weights[0, :, 2], torch.ones(3))
+
+
+# Held-out 46's Anomaly Transformer: an additive bias made in a dataset's __getitem__, batched
+# by the DataLoader's default collate, handed down THUML's layout (`Encoder([EncoderLayer(
+# AttentionLayer(AnomalyAttention(...))) for ...])`) to a product with the scores. Reported once,
+# at the product.
+THUML_LAYERS = """\
+import torch
+import torch.nn as nn
+
+
+class Windows(torch.utils.data.Dataset):
+    def __init__(self, data, gaps):
+        self.data, self.gaps = data, gaps
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        bias = torch.zeros(self.data.shape[1]).masked_fill(self.gaps[index], float("-inf"))
+        return self.data[index], bias
+
+
+class InnerAttention(nn.Module):
+    def forward(self, scores, bias=None):
+        if bias is not None:
+            scores = scores * bias[:, None, :]
+        return scores.softmax(-1)
+
+
+class AttentionLayer(nn.Module):
+    def __init__(self, attention):
+        super().__init__()
+        self.inner_attention = attention
+
+    def forward(self, x, bias=None):
+        return self.inner_attention(x @ x.transpose(1, 2), bias)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+
+    def forward(self, x, bias=None):
+        return self.attention(x, bias) @ x
+
+
+class Encoder(nn.Module):
+    def __init__(self, attn_layers):
+        super().__init__()
+        self.attn_layers = nn.ModuleList(attn_layers)
+
+    def forward(self, x, bias=None):
+        for attn_layer in self.attn_layers:
+            x = attn_layer(x, bias=bias)
+        return x
+
+
+class Model(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.encoder = Encoder([EncoderLayer(AttentionLayer(InnerAttention()))
+                                for _ in range(layers)])
+
+    def forward(self, x, bias=None):
+        return self.encoder(x, bias=bias)
+
+
+if __name__ == "__main__":
+    data = torch.randn(8, 5, 4)
+    loader = torch.utils.data.DataLoader(Windows(data, torch.rand(8, 5) < 0.2), batch_size=4)
+    model = Model(2)
+    for x, bias in loader:
+        model(x, bias)
+"""
+
+
+def test_a_dataset_s_bias_multiplied_down_the_layers_is_reported_at_the_product(
+        found: Found) -> None:
+    line = THUML_LAYERS.splitlines().index("            scores = scores * bias[:, None, :]") + 1
+    assert found(THUML_LAYERS) == [(line, "MC523")]
+    added = THUML_LAYERS.replace("scores = scores * bias", "scores = scores + bias")
+    assert found(added) == []
+
+
+def test_a_dataset_s_float_keep_mask_multiplied_into_the_scores_is_mc520(found: Found) -> None:
+    # a 0/1 keep-mask from __getitem__ multiplied in: the masked scores become 0, not -inf
+    keep = THUML_LAYERS.replace(
+        'torch.zeros(self.data.shape[1]).masked_fill(self.gaps[index], float("-inf"))',
+        "(~self.gaps[index]).float()")
+    assert keep != THUML_LAYERS
+    line = THUML_LAYERS.splitlines().index("            scores = scores * bias[:, None, :]") + 1
+    assert found(keep) == [(line, "MC520")]
+    # a dataset class that is not this file's: its items are not known, nothing is reported
+    foreign = keep.replace("loader = torch.utils.data.DataLoader(Windows(", (
+        "loader = torch.utils.data.DataLoader(other.Windows("))
+    assert found(foreign) == []
+
+
+def test_multiplying_by_an_additive_bias_zeroes_the_kept_scores() -> None:
+    bias = torch.zeros(1, 3).masked_fill(torch.tensor([[False, False, True]]), float("-inf"))
+    scores = torch.tensor([[2.0, 1.0, 0.5]])
+    product = scores * bias
+    assert product[0, :2].eq(0).all() and product[0, 2] == float("-inf")
