@@ -3641,7 +3641,8 @@ class Linter:
         """`m = torch.zeros(b, t, dtype=torch.bool)` then only `m[i, :n] = True` (or an int64
         one, `= 1`): each row's first n positions, its real tokens, written 1 by hand (a
         collate function's mask): a keep-mask, 1 = real token, not a stale one."""
-        if held.startswith("self.") or not _row_prefix(target):
+        upper = _row_prefix(target)
+        if held.startswith("self.") or upper is None or not self._a_length(upper):
             return False
         scope = self._binding_scope(held)
         known = scope.values.get(held)
@@ -3653,6 +3654,25 @@ class Linter:
             return False
         scope.values[held] = replace(known, zeros=False, pad_keep=True)
         return True
+
+    def _a_length(self, node: ast.expr) -> bool:
+        """`len(s)`, `lengths[i]`, `seq_len`, or a name this function binds to `len(...)`: the
+        number of a row's real tokens (not `max_len - positions[i]`, stanza's left padding, nor
+        `mems.size(0)`, Emformer's memory columns)."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id == "len"):
+            return True
+        if isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) and (
+                "len" in self._text(node).lower()):
+            return True
+        function = self.scope.node
+        if not isinstance(node, ast.Name) or self.scope.kind != "function" or function is None:
+            return False
+        bound = [a.value for a in ast.walk(function) if isinstance(a, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == node.id for t in a.targets)]
+        return bool(bound) and all(
+            isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "len"
+            for v in bound)
 
     def _mutate(self, name: str) -> None:
         if name.startswith("self."):  # a module attribute: every method of the class sees it
@@ -7404,19 +7424,20 @@ def _casts_to_bool(call: ast.Call) -> bool:
     return target is not None and dtype_of(target) == "bool"
 
 
-def _row_prefix(target: ast.Subscript) -> bool:
-    """`m[i, :n]` / `m[i][:n]` / `m[i, 0:n]`: the first n positions of one row of a
-    (batch, seq) tensor held in a name."""
+def _row_prefix(target: ast.Subscript) -> ast.expr | None:
+    """`m[i, :n]` / `m[i][:n]` / `m[i, 0:n]`, the first n positions of row i (a loop's name) of
+    a (batch, seq) tensor held in a name: n; None for any other write."""
     index, rows = target.slice, target.value
     if isinstance(index, ast.Tuple) and len(index.elts) == 2 and isinstance(rows, ast.Name):
         row, index = index.elts
     elif isinstance(rows, ast.Subscript) and isinstance(rows.value, ast.Name):
         row = rows.slice
     else:
-        return False
-    return not isinstance(row, (ast.Slice, ast.Tuple)) and isinstance(index, ast.Slice) and (
-        index.upper is not None and index.step is None) and (
-        index.lower is None or is_zero(index.lower))
+        return None
+    if isinstance(row, ast.Name) and isinstance(index, ast.Slice) and index.upper is not None and (
+            index.step is None) and (index.lower is None or is_zero(index.lower)):
+        return index.upper
+    return None
 
 
 def _held_name(node: ast.AST) -> str | None:

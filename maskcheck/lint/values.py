@@ -1597,6 +1597,11 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return Value(element_grad=True)
     if name in ATTENTION_CLASSES and torch_attention_class(call.func):
         return Value(mha=True, module=name)
+    if (name == "deepcopy" or (name == "copy" and module_dotted(call.func) == "copy.copy")) and (
+            len(call.args) == 1 and not call.keywords) and not isinstance(
+            call.args[0], ast.Starred):
+        # `local = copy.deepcopy(self.model)`: a copy of the same module (FedAvg's clients)
+        return describe(call.args[0], lookup)
     if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
         parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
         return Value(element_parts=parts) if parts else UNKNOWN

@@ -140,6 +140,24 @@ def test_a_suffix_written_mask_is_no_keep_mask(found: Found) -> None:
     assert found(padding) == []
 
 
+def test_only_a_row_s_length_makes_a_prefix_its_real_tokens(found: Found) -> None:
+    # stanza's tree stack pads on the left and writes True over the padding at the front
+    # (`mask[i, :max_len - positions[i]] = True`); Emformer hides the memory columns from one
+    # query row (`mask[-1, :mems.size(0)] = True`): True is the masked part in both
+    for written in ("attention_mask[i, :n - len(s)] = True",
+                    "attention_mask[-1, :len(s)] = True",
+                    "attention_mask[i, :s.size(0)] = True"):
+        assert found(PREFIX_WRITTEN_COLLATOR.replace(
+            "attention_mask[i, :len(s)] = True", written)) == [], written
+    for written in ("attention_mask[i, :lengths[i]] = True",
+                    "attention_mask[i][:len(s)] = True"):
+        source = PREFIX_WRITTEN_COLLATOR.replace(
+            "attention_mask[i, :len(s)] = True", written).replace(
+            "    for i, s in enumerate(samples):\n",
+            "    lengths = [len(s) for s in samples]\n    for i, s in enumerate(samples):\n")
+        assert [code for _, code in found(source)] == ["MC502"], written
+
+
 def test_a_prefix_written_mask_as_a_key_padding_mask_hides_the_real_tokens() -> None:
     keep = torch.zeros(1, 3, dtype=torch.bool)
     keep[0, :2] = True
