@@ -2396,6 +2396,14 @@ class Linter:
                     joined = replace(joined, float01_at=site(made))
             self.bind(name, joined)
 
+    def _ids_layout(self, default: ast.expr | None) -> dict[str, Any]:
+        """`torch.ones_like(input_ids)` as a mask's default: the token ids' (batch, seq) axes,
+        and where they were given (MC515 when that mask reaches SDPA's attn_mask as it is)."""
+        if isinstance(default, ast.Call) and call_name(default) == "ones_like" and (
+                len(default.args) == 1) and self.value(default.args[0]).token_ids:
+            return {"layout": "BS", "layout_at": site(default)}
+        return {}
+
     def _bind_statement(self, node: ast.AST | None) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and id(node) in self._neutral_defaults:
             name = self._neutral_defaults.pop(id(node))
@@ -2406,7 +2414,8 @@ class Linter:
                 # the tokenizer's int64 mask of 1 = real token), not "all ones".
                 self.scope.assigned.add(name)
                 self.bind(name, Value(dtype=facts.dtype, hf_keep=facts.all_ones and (
-                    facts.dtype == "int" and "attention_mask" in name)))
+                    facts.dtype == "int" and "attention_mask" in name), **self._ids_layout(
+                        node.value)))
                 return
         if isinstance(node, ast.Assign):
             self._assign(node)

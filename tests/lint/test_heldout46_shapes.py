@@ -271,3 +271,62 @@ def test_multiplying_by_an_additive_bias_zeroes_the_kept_scores() -> None:
     scores = torch.tensor([[2.0, 1.0, 0.5]])
     product = scores * bias
     assert product[0, :2].eq(0).all() and product[0, 2] == float("-inf")
+
+
+# Held-out 47's MentalBERT: a BertModel whose `attention_mask` defaults to
+# `torch.ones_like(input_ids)`, the token ids' (batch, seq) axes, handed down as it is (cast to
+# bool) to SDPA's attn_mask, which reads a 2-D mask as (queries, keys). The default used to
+# stand for the callers' mask without those axes.
+ONES_LIKE_IDS_DEFAULT = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SelfAttention(nn.Module):
+    def forward(self, q, attention_mask=None):
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=attention_mask)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.attn = SelfAttention()
+
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        q = self.embed(input_ids)[:, None]
+        return self.attn(q, attention_mask.bool())
+"""
+
+
+def test_a_mask_defaulting_to_ones_like_the_ids_is_a_batch_seq_mask(found: Found) -> None:
+    # reported at the argument: the attention takes its mask straight to SDPA, so the caller
+    # passes the wrong axes (as for any mask of known axes, `_padding_as_attn_mask_passed`)
+    line = ONES_LIKE_IDS_DEFAULT.splitlines().index(
+        "        return self.attn(q, attention_mask.bool())") + 1
+    assert found(ONES_LIKE_IDS_DEFAULT) == [(line, "MC515")]
+    # the default no longer hides the axes the `(input_ids, attention_mask)` pair gives the
+    # parameter: with or without it, the same finding
+    no_default = ONES_LIKE_IDS_DEFAULT.replace(
+        "        if attention_mask is None:\n            attention_mask = torch.ones_like("
+        "input_ids)\n", "")
+    assert no_default != ONES_LIKE_IDS_DEFAULT
+    assert found(no_default) == [(line - 2, "MC515")]
+    axes = ONES_LIKE_IDS_DEFAULT.replace(
+        "attention_mask.bool())", "attention_mask[:, None, None, :].bool())")
+    assert found(axes) == []
+
+
+def test_sdpa_reads_a_batch_seq_mask_as_queries_by_keys() -> None:
+    q = torch.randn(3, 1, 3, 4)
+    keep = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]]).bool()
+    per_query = F_sdpa(q, keep)
+    per_sequence = F_sdpa(q, keep[:, None, None, :])
+    assert not torch.allclose(per_query, per_sequence)
+
+
+def F_sdpa(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
