@@ -3677,8 +3677,10 @@ class Linter:
         function = self.scope.node
         if not isinstance(node, ast.Name) or self.scope.kind != "function" or function is None:
             return False
-        bound = [a.value for a in ast.walk(function) if isinstance(a, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == node.id for t in a.targets)]
+        bound = [a.value for a in ast.walk(function) if (isinstance(a, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == node.id for t in a.targets)) or (
+            isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+            and a.target.id == node.id)]
         return bool(bound) and all(
             isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "len"
             for v in bound)

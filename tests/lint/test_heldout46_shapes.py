@@ -133,6 +133,15 @@ def test_a_collator_s_prefix_written_mask_is_a_keep_mask(found: Found) -> None:
     assert found(inverted) == []
 
 
+def test_a_row_length_bound_with_an_annotation_is_a_length(found: Found) -> None:
+    # (the surroundings benchmark's annotated rewrite: `n: "torch.Tensor" = len(s)`)
+    annotated = PREFIX_WRITTEN_COLLATOR.replace(
+        "        attention_mask[i, :len(s)] = True",
+        "        n: int = len(s)\n        attention_mask[i, :n] = True")
+    assert annotated != PREFIX_WRITTEN_COLLATOR
+    assert [code for _, code in found(annotated)] == ["MC502"]
+
+
 def test_a_suffix_written_mask_is_no_keep_mask(found: Found) -> None:
     # True written after each row's real positions: a padding mask, as the encoder reads it
     padding = PREFIX_WRITTEN_COLLATOR.replace(
