@@ -3655,9 +3655,8 @@ class Linter:
             return False
         scope = self._binding_scope(held)
         known = scope.values.get(held)
-        written = number(value, self.lookup) if not (
-            isinstance(value, ast.Constant) and isinstance(value.value, bool)) else (
-            1.0 if value.value else 0.0)
+        written = value.value if isinstance(value, ast.Constant) and isinstance(
+            value.value, bool) else number(value, self.lookup)  # (True == 1)
         if known is None or held in scope.mutated or written != 1 or not (
                 known.zeros or known.pad_keep) or known.dtype not in {"bool", "int"}:
             return False
@@ -3671,9 +3670,10 @@ class Linter:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
                 node.func.id == "len"):
             return True
-        if isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) and (
-                "len" in self._text(node).lower()):
-            return True
+        text = self._text(node).lower()
+        if isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) and "len" in text and not (
+                "pad" in text or "max" in text):
+            return True  # (not `pad_len`, a left padding's width, nor `max_len`, a whole row)
         function = self.scope.node
         if not isinstance(node, ast.Name) or self.scope.kind != "function" or function is None:
             return False
@@ -5526,10 +5526,9 @@ class Linter:
             if passed is not None and not (entry.role in _USE_SITE_ROLES and any(
                     (callee, entry.param) in self.use_site or (
                         # handed on to such a use by a function every call gives the mask:
-                        # reported there too (the Anomaly Transformer's `gap_bias`, down
-                        # Encoder, EncoderLayer and AttentionLayer to the product)
-                        # (with a use-site parameter only: the walk is then whole, as a
-                        # rerun of some statements would not read the other calls so)
+                        # reported there too (the Anomaly Transformer's `gap_bias`, down three
+                        # layers to the product); only with a use-site parameter, where the
+                        # second walk is whole (a statement rerun would read the calls apart)
                         not entry.direct and self.use_site and entry.param in self.seeds.get(
                             callee, {}))
                     for callee in callees)) and not (

@@ -1702,6 +1702,7 @@ _STACKED_FACTS = ("dtype", "additive", "finfo_min", "zero_one", "float01", "padd
 
 
 def _stacked(part: Any) -> Any:
+    """One position of a dataset item, as a DataLoader's default batching stacks it."""
     if not isinstance(part, Value):
         return UNKNOWN
     return Value(**{name: getattr(part, name) for name in _STACKED_FACTS})

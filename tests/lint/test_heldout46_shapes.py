@@ -154,6 +154,7 @@ def test_only_a_row_s_length_makes_a_prefix_its_real_tokens(found: Found) -> Non
     # (`mask[i, :max_len - positions[i]] = True`); Emformer hides the memory columns from one
     # query row (`mask[-1, :mems.size(0)] = True`): True is the masked part in both
     for written in ("attention_mask[i, :n - len(s)] = True",
+                    "attention_mask[i, :pad_len] = True",
                     "attention_mask[-1, :len(s)] = True",
                     "attention_mask[i, :s.size(0)] = True"):
         assert found(PREFIX_WRITTEN_COLLATOR.replace(
