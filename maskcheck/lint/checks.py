@@ -1115,6 +1115,16 @@ class Linter:
             made = _made_instances(node)
             if made in self._local_classes:
                 return Value(element_module=made, element_roles=self._class_roles.get(made, ()))
+        if isinstance(node, ast.Call) and self._local_classes and (
+                wrapped := _wrapped_module(node)) is not None:
+            # `DGAExportWrapper(model.eval())`, `DDP(LithologyNet().to(device))`: the module,
+            # whose forward the wrapper's call runs
+            built = _built_module(node)
+            if built in self._local_classes:
+                return Value(module=built, param_roles=self._class_roles.get(built, ()))
+            held = self.value(wrapped)
+            if held.module in self._local_classes:
+                return held
         facts = describe(node, self.lookup)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
             # an additive mask plus a finite bias that is not the scores (ALiBi's
@@ -1946,6 +1956,13 @@ class Linter:
                 return UNKNOWN
             signature = self.defs.get(key)
             passed = calls.get(key)
+            if signature and len(signature) == 1 and key not in calls and (
+                    field := module_values.get(f"[{param}]")) is not None:
+                # a function no call of this file reaches (a framework calls it: ignite's
+                # `model_fn`, Lightning's `training_step`) whose parameter is named as a key of
+                # the batch the file builds (`{"pair_mask": pair_mask}` of a collate function,
+                # then `forward(self, beats, pair_mask)`): the batch's field
+                return _seedable(field)
             if not signature or len(signature) != 1 or not passed or any(
                     c.spread for c in passed):
                 return UNKNOWN
@@ -2281,7 +2298,10 @@ class Linter:
         if done.kind == "class":
             constants = {key: value for key, value in done.values.items()
                          if "." not in key and (value.flag is not None or value.number is not None
-                                                or value.names_dtype is not None)}
+                                                or value.names_dtype is not None
+                                                # `mask_value: float = torch.finfo(
+                                                # torch.float32).min` (MC517 where it fills)
+                                                or value.wide_finfo)}
             for stmt in getattr(done.node, "body", []):
                 # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested record's
                 # defaults, as `mask.fill_value`
@@ -6603,7 +6623,9 @@ def _result_of(scope: _Scope) -> Value | None:
     for value in scope.returns[1:]:
         joined = _join(joined, value)
     joined = _int_mask_on_one_path(scope.returns, _triangle_on_one_path(scope.returns, joined))
-    if not joined or joined.param_roles or joined.mha or joined.api:
+    if not joined or (joined.param_roles and not joined.module) or joined.mha or joined.api:
+        # (an instance of a class of the file keeps its forward's roles: `detector = train()`,
+        # then `export_onnx(detector)` passes the model that `train` built)
         return None
     # Last: most functions' returns share nothing, and this walks the whole function.
     node = scope.node
@@ -7958,12 +7980,30 @@ _RETURNS_MODULE = frozenset({"to", "cuda", "cpu", "eval", "train", "half", "floa
                              "double", "requires_grad_", "share_memory"})
 
 
+# Wrappers whose call runs the wrapped module's forward (`DDP` is how DistributedDataParallel is
+# imported by most training scripts).
+_MODULE_WRAPPERS = frozenset({"DistributedDataParallel", "DataParallel", "DDP", "FSDP",
+                              "FullyShardedDataParallel"})
+
+
+def _wrapped_module(call: ast.Call) -> ast.expr | None:
+    """The module a call returns as it is or wraps: `model.eval()`, `model.to(device)`,
+    `DDP(model, device_ids=...)`, `torch.compile(model)`."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _RETURNS_MODULE:
+        return func.value
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(
+        func, ast.Attribute) else None
+    if call.args and (name in _MODULE_WRAPPERS or dotted(func) == "torch.compile"):
+        return call.args[0]
+    return None
+
+
 def _built_module(node: ast.AST) -> str | None:
     """The class name a construction calls, through the module methods that return the module
     (`Transformer(...).to(device).eval()` -> "Transformer")."""
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-            node.func.attr in _RETURNS_MODULE):
-        node = node.func.value
+    while isinstance(node, ast.Call) and (wrapped := _wrapped_module(node)) is not None:
+        node = wrapped
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         return node.func.id
     return None

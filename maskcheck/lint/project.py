@@ -77,7 +77,10 @@ _AUTOCAST_CALL = re.compile(r"\bautocast\(")
 
 # `.to(dtype)` / `.to(dtype=dtype)` of a name, and that name given a half dtype in the same
 # source (`def __init__(self, model, dtype=torch.float16)`, `dtype = torch.bfloat16`).
-_CAST_TO_NAME = re.compile(r"\.to\((?:dtype\s*=\s*)?([A-Za-z_]\w*)\s*\)")
+# (also after a device, `.to(self.device, self.dtype)` of a Triton model whose `self.dtype` is
+# float16 under its precision parameter)
+_CAST_TO_NAME = re.compile(r"\.to\(\s*(?:(?:device\s*=\s*)?[A-Za-z_][\w.]*\s*,\s*)?"
+                           r"(?:dtype\s*=\s*)?([A-Za-z_][\w.]*)\s*\)")
 
 
 # `.to(dtype=getattr(torch, dtype))` (or of torch's alias) in a source that names a half dtype
