@@ -3287,6 +3287,49 @@ class Linter:
             return bound
         return node
 
+    def _returned_binding(self, node: ast.AST) -> ast.AST | None:
+        """For a name this function binds once by unpacking a call of a module-level function
+        of the file (`ids, token_mask, tags = encode_batch(tokenizer, reports)`): the expression
+        that function binds the returned name to, the same in every return (`token_mask =
+        enc["attention_mask"] == 0`), where a mask it returns was made; else None."""
+        if not isinstance(node, ast.Name) or not isinstance(self._tree, ast.Module):
+            return None
+        function = _enclosing_function(node, self._parents())
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        bindings = [n for n in subnodes(function) if isinstance(n, ast.Name) and (
+            n.id == node.id) and isinstance(n.ctx, ast.Store)]
+        if len(bindings) != 1 or node.id in {a.arg for a in function.args.args}:
+            return None
+        unpacking = self._parents().get(id(bindings[0]))
+        statement = self._parents().get(id(unpacking))
+        if not (isinstance(unpacking, ast.Tuple) and isinstance(statement, ast.Assign) and (
+                statement.targets == [unpacking]) and isinstance(statement.value, ast.Call)
+                and isinstance(statement.value.func, ast.Name)):
+            return None
+        position = next(i for i, e in enumerate(unpacking.elts) if e is bindings[0])
+        called = statement.value.func
+        assert isinstance(called, ast.Name)
+        callee = next((d for d in self._tree.body if isinstance(d, ast.FunctionDef) and (
+            d.name == called.id)), None)
+        if callee is None:
+            return None
+        made: ast.AST | None = None
+        for sub in subnodes(callee):
+            if isinstance(sub, ast.Return):
+                returned = sub.value
+                element = returned.elts[position] if isinstance(returned, ast.Tuple) and len(
+                    returned.elts) == len(unpacking.elts) else None
+                if not isinstance(element, ast.Name):
+                    return None
+                name = element.id
+                bound = [a.value for a in subnodes(callee) if isinstance(a, ast.Assign) and [
+                    t.id for t in a.targets if isinstance(t, ast.Name)] == [name]]
+                if len(bound) != 1 or (made is not None and bound[0] is not made):
+                    return None
+                made = bound[0]
+        return made
+
     def _is_bool(self, node: ast.AST) -> bool:
         """A comparison, `~x` or a value known to be bool."""
         return isinstance(node, ast.Compare) or (
@@ -5050,6 +5093,7 @@ class Linter:
         keywords: list[ast.keyword] = []
         spread = False
         for kw in call.keywords:
+            batched = False  # a DataLoader's batch: read by the roles at the call too
             bound = self.scope.derived.get(kw.value.id) if kw.arg is None and isinstance(
                 kw.value, ast.Name) and kw.value.id not in self.scope.mutated else None
             added: list[str] = []
@@ -5075,6 +5119,13 @@ class Linter:
                     stored := self._keys_stored(kw.value.id)) is not None:
                 # `inputs, targets = collate(batch); model(**inputs)`
                 (bound, position), added = unpacked, stored
+            elif kw.arg is None and isinstance(kw.value, ast.Name) and (
+                    bound is None or _moved_dict(bound, kw.value.id)) and (
+                    collate := self._loader_collate(call, kw.value.id)):
+                # `for batch in DataLoader(ds, collate_fn=collate): model(**batch)`
+                bound = ast.copy_location(ast.Call(ast.Name(collate, ast.Load()), [], []),
+                                          kw.value)
+                batched = True
             if isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and (
                     bound.func.id == "dict") and not bound.args and all(
                     k.arg is not None for k in bound.keywords):
@@ -5085,15 +5136,14 @@ class Linter:
                 keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
                                 for k, v in zip(bound.keys, bound.values, strict=True))
                 spread = True
-            elif returned and isinstance(bound, ast.Call) and (
+            elif (returned or batched) and isinstance(bound, ast.Call) and (
                     keys := self._dict_keys_made(bound, position)):
                 # `batch = collate(docs)` of a function of this file returning a dict literal,
                 # then `model(**batch)`: each key is `batch["key"]` (read as the dict returned)
                 source = ast.Name(kw.value.id, ast.Load()) if isinstance(
                     kw.value, ast.Name) else kw.value
-                keywords.extend(ast.keyword(arg=key, value=ast.copy_location(ast.Subscript(
-                    source, ast.Constant(key), ast.Load()), kw.value))
-                    for key in (*keys, *(k for k in added if k not in keys)))
+                keywords.extend(ast.keyword(arg=key, value=_spread_key(source, key, kw.value))
+                                for key in (*keys, *(k for k in added if k not in keys)))
                 spread = True
             else:
                 keywords.append(kw)
@@ -5118,6 +5168,27 @@ class Linter:
             if owner in self._local_classes:
                 return _returned_dict_keys(self._tree, func.attr, owner, position)
         return ()
+
+    def _loader_collate(self, call: ast.Call, name: str) -> str | None:
+        """The function of this file a `DataLoader` batches with (`collate_fn=collate`) where
+        `name` is the loop variable of a `for` over that loader (its call, or a name this
+        function binds to it) around `call`; None otherwise."""
+        parents = self._parents()
+        at: ast.AST | None = call
+        while at is not None and not (isinstance(at, ast.For) and _loop_batch(at) == name):
+            at = parents.get(id(at))
+            if isinstance(at, _FUNCTION_NODES):
+                return None
+        if not isinstance(at, ast.For) or name in self.scope.mutated:
+            return None
+        loader = at.iter
+        if isinstance(loader, ast.Call) and call_name(loader) in {"enumerate", "tqdm"} and (
+                loader.args):
+            loader = loader.args[0]  # `for step, batch in enumerate(tqdm(loader)):`
+            if isinstance(loader, ast.Call) and call_name(loader) == "tqdm" and loader.args:
+                loader = loader.args[0]
+        collate = self.value(loader).element_dict
+        return collate if collate in self._local_defs else None
 
     def _unpacked_from(self, name: str) -> tuple[ast.Call, int] | None:
         """(call, position) where this function binds `name` once, as one name of a tuple a
@@ -5909,8 +5980,12 @@ class Linter:
                             f"padding only; invert it (`~{entry.param}`)")
             else:
                 # (at the comparison that made it, where the fix goes, when this function bound
-                # the name: ColBERT's `extended_attention_mask = attention_mask.eq(0)...`)
-                self.report("MC511", self._bound_expression(arg), f"{self._text(arg)} is True "
+                # the name: ColBERT's `extended_attention_mask = attention_mask.eq(0)...`, or
+                # the function whose returned tuple it unpacked)
+                where = self._bound_expression(arg)
+                if where is arg:
+                    where = self._returned_binding(arg) or arg
+                self.report("MC511", where, f"{self._text(arg)} is True "
                             f"at padding, but {name}() {reads} for {entry.param}: pass the "
                             "keep-mask (`~`)")
             return
@@ -6971,6 +7046,8 @@ _SEED_FACTS = frozenset({
     "layout", "layout_at",
     # a tuple of masks a function returned, passed whole (`attn(x, masks)`): its positions
     "held_parts",
+    # a DataLoader's collate_fn (`evaluate(model, loader)`, then `model(**batch)` in its loop)
+    "element_dict",
     # a float dtype (`get_extended_attention_mask(mask, shape, hidden_states.dtype)`): a cast
     # to the parameter makes a mask float
     "float_dtype"})
@@ -7689,8 +7766,48 @@ def _body_assignments(node: ast.If) -> dict[str, ast.Assign | ast.AnnAssign]:
     return last
 
 
+def _moved_dict(node: ast.AST, name: str) -> bool:
+    """`{k: v.to(device) for k, v in name.items()}`: the same dict, its tensors moved."""
+    if not (isinstance(node, ast.DictComp) and len(node.generators) == 1):
+        return False
+    loop = node.generators[0]
+    if not (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 and all(
+            isinstance(e, ast.Name) for e in loop.target.elts) and isinstance(
+            loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Attribute) and (
+            loop.iter.func.attr == "items") and isinstance(loop.iter.func.value, ast.Name)
+            and loop.iter.func.value.id == name and not loop.ifs):
+        return False
+    key, value = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
+    moved = node.value
+    while isinstance(moved, ast.Call) and isinstance(moved.func, ast.Attribute) and (
+            moved.func.attr in {"to", "cuda", "cpu"}):
+        moved = moved.func.value
+    return isinstance(node.key, ast.Name) and node.key.id == key and isinstance(
+        moved, ast.Name) and moved.id == value
+
+
+def _loop_batch(loop: ast.For) -> str | None:
+    """The name a loop binds each batch to: `for batch in loader`, `for batch in
+    tqdm(loader)`, `for step, batch in enumerate(loader)`."""
+    if isinstance(loop.target, ast.Name):
+        return loop.target.id
+    if isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 and isinstance(
+            loop.iter, ast.Call) and call_name(loop.iter) == "enumerate" and isinstance(
+            loop.target.elts[1], ast.Name):
+        return loop.target.elts[1].id
+    return None
+
+
+def _spread_key(source: ast.expr, key: str, at: ast.expr) -> ast.Subscript:
+    """`batch["key"]` for one key a `**batch` spreads, placed at the spread and without an end,
+    so that a message shows it as `batch['key']` (unparsed) rather than the source's `batch`."""
+    made = ast.copy_location(ast.Subscript(source, ast.Constant(key), ast.Load()), at)
+    made.end_lineno = made.end_col_offset = None
+    return made
+
+
 def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = None,
-                        position: int | None = None) -> tuple[str, ...]:
+                        position: int | None = None, depth: int = 0) -> tuple[str, ...]:
     """The keys of the dict literal that the function `name` of the file (its only definition
     of that name, at any depth; with `owner`, the only one in the file's only class of that
     name: a collator's `__call__`) returns, when each of its returns is such a dict with the
@@ -7716,6 +7833,16 @@ def _returned_dict_keys(tree: ast.AST | None, name: str, owner: str | None = Non
             if position is not None:
                 value = value.elts[position] if isinstance(value, ast.Tuple) and (
                     -len(value.elts) <= position < len(value.elts)) else None
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                    value.func.id != name) and depth < 2:
+                # `collate = lambda b: collate_citations(b, vocab)`: the function it returns
+                # the result of
+                returned = _returned_dict_keys(tree, value.func.id, position=position,
+                                               depth=depth + 1)
+                if not returned or (keys is not None and returned != keys):
+                    return ()
+                keys = returned
+                continue
             if not isinstance(value, ast.Dict) or not all(
                     isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
                 return ()

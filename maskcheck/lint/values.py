@@ -155,6 +155,9 @@ class Value:
     # A DataLoader whose collate_fn is a function of this file returning a tuple: what each
     # position of a batch gives (`for x, frame_mask, y in loader:`).
     element_parts: tuple[Any, ...] = ()
+    # ... and the name of its collate_fn: a batch spread into a call (`model(**batch)`) gives
+    # the keys of the dict it returns
+    element_dict: str | None = None
     # A member of an Enum class of this file (`AttentionType.CAUSAL`), compared by identity
     # or equality with another: the comparison's flag (`self.kind is AttentionType.CAUSAL`).
     member: str | None = None
@@ -1604,7 +1607,7 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
         return describe(call.args[0], lookup)
     if name == "DataLoader" and isinstance(collate := kwarg(call, "collate_fn"), ast.Name):
         parts = lookup(collate.id).parts  # `DataLoader(ds, collate_fn=collate)`: its batches
-        return Value(element_parts=parts) if parts else UNKNOWN
+        return Value(element_parts=parts, element_dict=collate.id)
     if name == "DataLoader" and collate is None and (
             dataset := argument(call, 0, "dataset")) is not None:
         # `DataLoader(WindowDataset(...))`, default batching: what each position of the tuple
