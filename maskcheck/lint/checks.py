@@ -3288,9 +3288,9 @@ class Linter:
         return node
 
     def _returned_binding(self, node: ast.AST) -> ast.AST | None:
-        """For a name this function binds once by unpacking a call of a module-level function
-        of the file (`ids, token_mask, tags = encode_batch(tokenizer, reports)`): the expression
-        that function binds the returned name to, the same in every return (`token_mask =
+        """For a name this function binds once by unpacking a call of a function of the file
+        (`ids, token_mask, tags = encode_batch(tokenizer, reports)`): the expression that
+        function binds the returned name to, the same in every return (`token_mask =
         enc["attention_mask"] == 0`), where a mask it returns was made; else None."""
         if not isinstance(node, ast.Name) or not isinstance(self._tree, ast.Module):
             return None
@@ -3310,21 +3310,28 @@ class Linter:
         position = next(i for i, e in enumerate(unpacking.elts) if e is bindings[0])
         called = statement.value.func
         assert isinstance(called, ast.Name)
-        callee = next((d for d in self._tree.body if isinstance(d, ast.FunctionDef) and (
-            d.name == called.id)), None)
-        if callee is None:
+        # (the file's only function of that name, at any depth: a notebook's code may sit
+        # inside a `def main():`)
+        named = [d for d in subnodes(self._tree) if isinstance(d, ast.FunctionDef) and (
+            d.name == called.id)]
+        if len(named) != 1:
             return None
+        callee = named[0]
         made: ast.AST | None = None
         for sub in subnodes(callee):
             if isinstance(sub, ast.Return):
                 returned = sub.value
                 element = returned.elts[position] if isinstance(returned, ast.Tuple) and len(
                     returned.elts) == len(unpacking.elts) else None
-                if not isinstance(element, ast.Name):
+                if not isinstance(element, ast.Name) or _says_padding(element.id):
+                    # (`pad = arange(w) >= n_kept[:, None]`: a padding mask by its name, made
+                    # as it says; the call that hands it on as a keep-mask is the mistake)
                     return None
                 name = element.id
-                bound = [a.value for a in subnodes(callee) if isinstance(a, ast.Assign) and [
-                    t.id for t in a.targets if isinstance(t, ast.Name)] == [name]]
+                bound = [a.value for a in subnodes(callee) if (isinstance(a, ast.Assign) and [
+                    t.id for t in a.targets if isinstance(t, ast.Name)] == [name]) or (
+                    isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                    and a.target.id == name)]
                 if len(bound) != 1 or (made is not None and bound[0] is not made):
                     return None
                 made = bound[0]
@@ -5966,6 +5973,11 @@ class Linter:
                 continue
             if entry.role == "keep-sdpa" and self._read_both_ways_in_one(entry, roles):
                 continue  # the function that reads it both ways says which (MC511 there)
+            deep = entry.deep if entry.deep is not None else entry.use
+            if not entry.direct and entry.role == "keep-sdpa" and deep is not None and (
+                    _is_key_padding_name(last_name(_convention_base(deep)) or "")):
+                # handed on to SDPA under torch's key-padding name: MC502 says so at the use
+                continue
             behind = self._parameter_behind(arg)
             if behind is not None and behind[0] == entry.param and not behind[1]:
                 # a wrapper handing its own parameter on under the same name (inverted here,

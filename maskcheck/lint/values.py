@@ -1854,6 +1854,11 @@ def _describe_factory(
             # a comparison among them is an elementwise one; `torch.cat([prefix_valid,
             # patch_valid], 1)` of two int64 masks is one
             dtype = dtypes.pop()
+        if dtype is None and (name == "pad_sequence" or (
+                module_dotted(call.func) or "").startswith("torch.")):
+            # a tensor of a dtype not known (`widths = pad_sequence(series)`, then `widths > 0`
+            # is a bool mask, not a Python bool)
+            return Value(tensor=True)
         return Value(dtype=dtype) if dtype is not None else UNKNOWN
     if name == "unfold" and call.args and describe(call.args[0], lookup).all_ones:
         # `F.unfold(ones, kernel, padding=p)`: 1 where a window covers the image, 0 where it
@@ -2154,6 +2159,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         # patch, still True where the mask's own convention says (kept, or padding)
         return Value(dtype="bool", hf_keep=base.hf_keep, hf_keep_inverted=base.hf_keep_inverted,
                      pad_keep=base.pad_keep, keep_mask=base.keep_mask)
+    if name in {"any", "all"} and (call.args or call.keywords) and base.dtype == "bool":
+        return Value(dtype="bool")  # `x.isnan().any(-1)`: one bool per row (missing readings)
     if name in KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
