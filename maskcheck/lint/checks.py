@@ -1118,12 +1118,19 @@ class Linter:
         if isinstance(node, ast.Call) and self._local_classes and (
                 wrapped := _wrapped_module(node)) is not None:
             # `DGAExportWrapper(model.eval())`, `DDP(LithologyNet().to(device))`: the module,
-            # whose forward the wrapper's call runs
-            built = _built_module(node)
+            # whose forward the wrapper's call runs (read from the innermost expression only:
+            # `mask.float().to(x.dtype)` chains of tensors are common and described below)
+            while isinstance(wrapped, ast.Call) and (inner := _wrapped_module(wrapped)):
+                wrapped = inner
+            built = _built_module(wrapped)
             if built in self._local_classes:
                 return Value(module=built, param_roles=self._class_roles.get(built, ()))
-            held = self.value(wrapped)
-            if held.module in self._local_classes:
+            held = self.lookup(wrapped.id) if isinstance(wrapped, ast.Name) else self.lookup(
+                "self." + wrapped.attr) if isinstance(wrapped, ast.Attribute) and isinstance(
+                wrapped.value, ast.Name) and wrapped.value.id == "self" else self.value(
+                wrapped) if isinstance(wrapped, ast.Call) and isinstance(
+                wrapped.func, ast.Name) and wrapped.func.id in self._local_defs else UNKNOWN
+            if held.module in self._local_classes:  # (`train().eval()`: what `train` returns)
                 return held
         facts = describe(node, self.lookup)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not facts.additive:
@@ -5180,6 +5187,8 @@ class Linter:
         """The function of this file a `DataLoader` batches with (`collate_fn=collate`) where
         `name` is the loop variable of a `for` over that loader (its call, or a name this
         function binds to it) around `call`; None otherwise."""
+        if "DataLoader" not in self.source:
+            return None  # (`element_dict` is only ever made from a `DataLoader(...)` call)
         parents = self._parents()
         at: ast.AST | None = call
         while at is not None and not (isinstance(at, ast.For) and _loop_batch(at) == name):
@@ -8133,7 +8142,8 @@ def _wrapped_module(call: ast.Call) -> ast.expr | None:
         return func.value
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(
         func, ast.Attribute) else None
-    if call.args and (name in _MODULE_WRAPPERS or dotted(func) == "torch.compile"):
+    if call.args and (name in _MODULE_WRAPPERS or (
+            name == "compile" and dotted(func) == "torch.compile")):
         return call.args[0]
     return None
 

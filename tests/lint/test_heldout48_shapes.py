@@ -273,3 +273,13 @@ def test_sdpa_reads_a_batch_by_seq_mask_as_queries_by_keys() -> None:
     as_given = F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
     per_row = F.scaled_dot_product_attention(q, q, q, attn_mask=keep[:, None, None, :])
     assert not torch.allclose(as_given, per_row)
+
+
+def test_a_model_a_function_returns_and_wrapped_after_eval_inline_is_followed(
+        found: Found) -> None:
+    inline = EXPORT_WRAPPER.replace(
+        "def export(model):\n    wrapper = ExportWrapper(model.eval())",
+        "def export():\n    wrapper = ExportWrapper(train().eval())").replace(
+        "export(train())", "export()")
+    assert inline != EXPORT_WRAPPER
+    assert [code for _, code in found(inline)] == ["MC508"]
