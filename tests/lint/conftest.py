@@ -26,3 +26,10 @@ def found(tmp_path: Path) -> Found:
         assert report.error is None, report.error
         return [(f.line, f.code) for f in report.findings]
     return lint
+
+
+def line_of(source: str, text: str) -> int:
+    """The line number of the one line of `source` holding `text`."""
+    lines = [i for i, line in enumerate(source.splitlines(), 1) if text in line]
+    assert len(lines) == 1, (text, lines)
+    return lines[0]

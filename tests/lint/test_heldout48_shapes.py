@@ -10,13 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.lint.conftest import line_of
+
 Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
-
-
-def line_of(source: str, text: str) -> int:
-    lines = [i for i, line in enumerate(source.splitlines(), 1) if text in line]
-    assert len(lines) == 1, (text, lines)
-    return lines[0]
 
 
 # The DGA detector's ONNX export: the model comes back from `train()` and is wrapped after
