@@ -41,6 +41,7 @@ from maskcheck.lint.values import (
     describe,
     dotted,
     dtype_of,
+    einops_operand,
     inline_parts,
     is_eq_zero,
     is_finfo_min,
@@ -529,6 +530,8 @@ _INPLACE_WRITES = frozenset({"fill_", "masked_fill_", "copy_", "zero_", "index_f
                              "scatter_", "index_put_"})
 
 
+# What a tokenizer's encoding spread into a call (`model(**enc)`) gives for certain.
+_TOKENIZER_KEYS = ("input_ids", "attention_mask")
 # The masks a model's entry point takes as the tokenizer gives them (Hugging Face's
 # `T5Stack.forward(input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask)`).
 _TOKENIZER_MASKS = frozenset({"attention_mask", "encoder_attention_mask"})
@@ -1235,15 +1238,29 @@ class Linter:
         kept: list[Hit] = []
         made: set[tuple[str, int, int]] = set()
         # ... and a call's report of a use that is reported itself, with the same code
+        # (anywhere in the function that holds the use: its report may sit on the line where
+        # the mask it hands over is made, `pad = (attention_mask == 0)[:, None, None, :]`)
         used = {(hit.code, hit.line) for hit in self.hits if hit.echo_of is None}
         for hit in self.hits:
             key = (hit.code, hit.line, hit.col)
-            if key in made or (hit.echo_of is not None and (hit.code, hit.echo_of) in used):
+            if key in made or (hit.echo_of is not None and (
+                    (hit.code, hit.echo_of) in used or self._reported_around(hit, used))):
                 continue
             made.add(key)
             kept.append(hit)
         self.hits = kept
         return self.hits
+
+    def _reported_around(self, echo: Hit, used: set[tuple[str, int]]) -> bool:
+        """Whether the innermost function around the line an echo names (`Hit.echo_of`)
+        holds a finding of the echo's code that is no echo itself."""
+        spans = [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(
+            self._tree) if isinstance(node, _FUNCTION_NODES)] if self._tree is not None else []
+        around = [span for span in spans if span[0] <= (echo.echo_of or 0) <= span[1]]
+        if not around:
+            return False
+        start, end = max(around)  # the innermost: the one that starts last
+        return any(code == echo.code and start <= line <= end for code, line in used)
 
     def _walk(self, stack: _Stack, handlers: dict[type, _Handler]) -> None:
         """Walk what `stack` holds, and all below it, until it is empty."""
@@ -2068,6 +2085,13 @@ class Linter:
                         # is read at a `~` in the body (mContriever's pooling, MC518), the
                         # convention at the calls
                         int_only = True
+                    elif kinds == {"keep-sdpa"} and (_keeps(given := seed(key, param)) or (
+                            given.dtype == "bool")) and not given.hf_keep_inverted:
+                        # SDPA's mask only, and every call gives a keep-mask (the tokenizer's,
+                        # handed down from `forward(input_ids, attention_mask)` under another
+                        # name) or a bool: what the body makes of it is read there (`.to(
+                        # q.dtype)`, a float 0/1 mask SDPA adds, MC508; `.bool()` is right)
+                        keep_only = True
                     elif not (kinds & _USE_SITE_ROLES and kinds <= _USE_SITE_ROLES | {
                             "drop-fill", "keep-fill", "keep-sdpa", "float-sdpa"}):
                         continue
@@ -2358,6 +2382,8 @@ class Linter:
                 self.scope.returns_none = True
                 return
             returned = self.value(node.value)
+            if (made := self._returned_dict(node)) is not None:
+                returned = replace(returned, dict_of=made)
             built = _constructed_class(node.value, self.scopes)
             if built in self._local_classes and not returned.module:
                 # `return cls(**kwargs)` of a classmethod, `return Config(...)`: an instance of
@@ -2377,6 +2403,19 @@ class Linter:
                         self._note_fields(element)  # `return {"patches": p, ...}, targets`
             if isinstance(node.value, ast.Dict):
                 self._note_fields(node.value)
+
+    def _returned_dict(self, node: ast.Return) -> str | None:
+        """The function's name where it returns a dict literal of string keys, one a mask's
+        (`return {"char_ids": ids, "char_mask": keep}`), and is a plain function of this file
+        (a collate function): what a call of it holds (`Value.dict_of`)."""
+        value = node.value
+        if not isinstance(value, ast.Dict) or self.scope.method or not self.scope.name or (
+                self.scope.name not in self._local_defs) or not all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+            return None
+        return self.scope.name if any(
+            "mask" in k.value.lower() for k in value.keys  # type: ignore[union-attr]
+        ) else None
 
     def _yield(self, node: ast.Yield) -> None:
         if isinstance(node.value, ast.Dict):
@@ -2415,9 +2454,9 @@ class Linter:
             joined = _join(body, other)
             if not joined.float01 and joined.float01_at is None:
                 made: ast.AST | None = None
-                if _padding_float01(body) and not _padding_float01(other):
+                if _made_float01(body) and not _made_float01(other):
                     made = stmt
-                elif _padding_float01(other) and not _padding_float01(body):
+                elif _made_float01(other) and not _made_float01(body):
                     made = _last_binding(node.orelse, name)
                 if made is not None:
                     joined = replace(joined, float01_at=site(made))
@@ -2443,6 +2482,16 @@ class Linter:
                 self.bind(name, Value(dtype=facts.dtype, hf_keep=facts.all_ones and (
                     facts.dtype == "int" and "attention_mask" in name), **self._ids_layout(
                         node.value)))
+                return
+            given = self.scope.values.get(name, UNKNOWN)
+            if isinstance(node, ast.Assign) and facts.dtype == "bool" and (
+                    given.dtype == "int" and (given.hf_keep or given.int_mask)):
+                # `if attention_mask is None: attention_mask = input_ids.ne(pad)` where every
+                # call gives the tokenizer's int64 mask: the default's bool stands for the
+                # calls that give none, the int for the others (a `~` of it: MC518)
+                self._assign(node)
+                self.bind(name, replace(self.scope.values.get(name, UNKNOWN), dtype=None,
+                                        int_on_a_path=True))
                 return
         if isinstance(node, ast.Assign):
             self._assign(node)
@@ -3685,8 +3734,10 @@ class Linter:
                         node.operand))):
             shown = call if call is not None else node
             edit = self._edit(shown, f"({self._paren(node.operand)} == 0)")
-            where = " on one path of the helper that made it" if facts.dtype is None and (
-                facts.int_on_a_path) else ""
+            where = "" if facts.dtype is not None or not facts.int_on_a_path else (
+                " as the calls pass it" if isinstance(node.operand, ast.Name) and (
+                    node.operand.id in self.scope.params) else " on one path of the helper "
+                "that made it")
             self.report("MC518", shown, f"~ on {self._text(node.operand)}, an integer 0/1 mask"
                         f"{where}: ~1 and ~0 are both true (-2 and -1 in int64, 254 and 255 "
                         "in uint8); use `== 0` or .bool() first", edit)
@@ -4109,9 +4160,15 @@ class Linter:
                         "attend): as the masked_fill condition it masks the positions it "
                         "keeps; fill where it is False (`~m`, `m == 0`)")
         elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
-                value, self.lookup):
+                value, self.lookup) and target is not None and (
+                _root_name(target) == _root_name(condition) or self._is_scores(target)
+                or self._fill_reaches_softmax(call, target, parent)
+                or _assigned_to_scores(call, parent)):
             # Only with -inf/finfo.min/-1e9: a global-pointer head masks its lower triangle
-            # with -1e4 on purpose (transformers' pp_doclayout).
+            # with -1e4 on purpose (transformers' pp_doclayout). Only of a mask being built
+            # from the triangle (`m.float().masked_fill(m == 1, -inf)`) or of attention
+            # scores, whose past and future these are: a monotonic aligner's transition
+            # matrix forbids going back on purpose (yoyodyne's hard attention).
             where = _BELOW.get(cond.tri or "", "on and below")
             at, shown = self._triangle_site(condition)
             self.report("MC521", at, f"{shown} is True {where} the "
@@ -5133,6 +5190,21 @@ class Linter:
                     stored := self._keys_stored(kw.value.id)) is not None:
                 # `inputs, targets = collate(batch); model(**inputs)`
                 (bound, position), added = unpacked, stored
+            elif not returned and kw.arg is None and isinstance(kw.value, ast.Name) and (
+                    isinstance(made := self.scope.derived.get(kw.value.id), ast.Call)) and (
+                    isinstance(made.func, ast.Name)) and made.func.id in self._local_defs and (
+                    self._keys_stored(kw.value.id) == []):
+                # `batch = collate(docs); model(**batch)`, as a DataLoader's batch below
+                bound, batched = made, True
+            elif kw.arg is None and isinstance(kw.value, ast.Name) and bound is None and (
+                    kw.value.id not in self.scope.assigned) and (
+                    maker := self.value(kw.value).dict_of) in self._local_defs and (
+                    self._keys_stored(kw.value.id) == []):
+                # `def align(model, batch): model(**batch)`, every call giving `collate(...)`'s
+                # dict (a seed): that function's keys, as for the batch bound here
+                bound = ast.copy_location(ast.Call(ast.Name(maker, ast.Load()), [], []),
+                                          kw.value)
+                batched = True
             elif kw.arg is None and isinstance(kw.value, ast.Name) and (
                     bound is None or _moved_dict(bound, kw.value.id)) and (
                     collate := self._loader_collate(call, kw.value.id)):
@@ -5149,6 +5221,18 @@ class Linter:
                     isinstance(k, ast.Constant) and isinstance(k.value, str) for k in bound.keys):
                 keywords.extend(ast.keyword(arg=k.value, value=v)  # type: ignore[union-attr]
                                 for k, v in zip(bound.keys, bound.values, strict=True))
+                spread = True
+            elif returned and isinstance(bound, ast.Call) and position is None and not (
+                    added) and "def __call__" not in self.source and not self._dict_keys_made(
+                    bound) and self.value(bound).tokens:
+                # `model(**tokenizer(texts, padding=True, return_tensors="pt"))`, or the
+                # encoding bound to a name first: the token ids and the tokenizer's int64 mask
+                # (not in a file with a callable class of its own, which may be the tokenizer:
+                # a bool mask under the same key)
+                source = kw.value if not isinstance(kw.value, ast.Name) else ast.Name(
+                    kw.value.id, ast.Load())
+                keywords.extend(ast.keyword(arg=key, value=_spread_key(source, key, kw.value))
+                                for key in _TOKENIZER_KEYS)
                 spread = True
             elif (returned or batched) and isinstance(bound, ast.Call) and (
                     keys := self._dict_keys_made(bound, position)):
@@ -5512,6 +5596,8 @@ class Linter:
             elif isinstance(node, ast.Call) and call_name(node) in _ROLE_KEEPING and (
                     receiver(node) is not None):
                 node = receiver(node) or node
+            elif (operand := einops_operand(node)) is not None:
+                node = operand  # `rearrange(m, "b s -> b 1 1 s")`
             else:
                 break
         return (node, flipped) if isinstance(node, ast.Name) else None
@@ -6003,8 +6089,14 @@ class Linter:
                 # (at the comparison that made it, where the fix goes, when this function bound
                 # the name: ColBERT's `extended_attention_mask = attention_mask.eq(0)...`, or
                 # the function whose returned tuple it unpacked)
-                where = self._bound_expression(arg)
-                if where is arg:
+                # (also through a reshape at the call, `key_mask[:, None, None, :]`, unless the
+                # name says padding: LayoutLM's `padding_mask = ~attention_mask.bool()`, right
+                # for its fill, is passed the wrong way at the call)
+                root = _reshape_root(arg)
+                where = self._bound_expression(ast.Name(root, ast.Load()) if (
+                    root is not None and not isinstance(arg, ast.Name)
+                    and not _says_padding(root)) else arg)
+                if where is arg or isinstance(where, ast.Name):
                     where = self._returned_binding(arg) or arg
                 self.report("MC511", where, f"{self._text(arg)} is True "
                             f"at padding, but {name}() {reads} for {entry.param}: pass the "
@@ -6122,7 +6214,7 @@ class Linter:
                 # (`_key_padding_value`): MC502's names (MTR's `src_key_padding_mask=valid_mask`)
                 self.report("MC502", arg, f"{arg.id} is named as a keep-mask (True = kept) but "
                             f"{name}() {reads} for {entry.param}: invert it (`~{arg.id}`)",
-                            echo_of=getattr(entry.use, "lineno", None))
+                            echo_of=getattr(entry.deep or entry.use, "lineno", None))
             else:
                 own = name_hint(arg.id) if isinstance(arg, ast.Name) else None
                 bound = self.scope.derived.get(arg.id) if isinstance(arg, ast.Name) and (
@@ -6132,7 +6224,7 @@ class Linter:
                 self.report(code, bound if bound is not None else arg, f"{self._text(arg)} is a "
                             f"keep-mask (1 = real token), but {name}() {reads} for "
                             f"{entry.param}: pass the padding mask (`== 0`)",
-                            echo_of=getattr(entry.use, "lineno", None))
+                            echo_of=getattr(entry.deep or entry.use, "lineno", None))
             return
 
     def _flag_off_with_cache(self, causal: ast.AST, key: ast.expr) -> bool:
@@ -7069,6 +7161,8 @@ _SEED_FACTS = frozenset({
     "held_parts",
     # a DataLoader's collate_fn (`evaluate(model, loader)`, then `model(**batch)` in its loop)
     "element_dict",
+    # a dict a function of this file returned (`align(model, collate(rows))`, `model(**batch)`)
+    "dict_of",
     # a float dtype (`get_extended_attention_mask(mask, shape, hidden_states.dtype)`): a cast
     # to the parameter makes a mask float
     "float_dtype"})
@@ -7161,9 +7255,9 @@ _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "l
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
-                           "contiguous", "to", "repeat", "squeeze", "flatten"})
+                           "contiguous", "to", "type_as", "repeat", "squeeze", "flatten"})
 # ... of them, those that keep the values (and the dtype) as they are.
-_SHAPE_KEEPING = _ROLE_KEEPING - {"bool", "to"}
+_SHAPE_KEEPING = _ROLE_KEEPING - {"bool", "to", "type_as"}
 
 
 def _fills_zero(call: ast.Call) -> bool:
@@ -7958,11 +8052,28 @@ def _ranges_only(key: ast.expr) -> bool:
     return all(isinstance(p, ast.Slice) and p.step is None for p in parts)
 
 
-def _padding_float01(value: Value) -> bool:
-    """A float 0/1 mask from a proven padding mask (a tokenizer's, a pad-id test): what one
-    branch of an `if` may leave where another leaves an additive mask (`Value.float01_at`)."""
-    return value.float01 and value.padding01 and not value.all_ones and (
-        value.dtype not in {"bool", "int"})
+def _root_name(node: ast.AST) -> str | None:
+    """The name an expression reads through method calls, indexing, comparisons and
+    inversions: `m` of `m.float()`, `(m == 1)`, `~m[:, None]`."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Compare):
+            node = node.left
+        elif isinstance(node, ast.UnaryOp):
+            node = node.operand
+        else:
+            return node.id if isinstance(node, ast.Name) else dotted(node)
+
+
+def _made_float01(value: Value) -> bool:
+    """A float 0/1 mask by evidence (a comparison or a triangle of ones cast to float; a
+    tokenizer's mask): what one branch of an `if` may leave where another leaves an additive
+    mask (`Value.float01_at`). Not a padding mask only: UER's `(seg > 0).float()` beside its
+    `(1.0 - tril) * -10000` (ET-BERT) is added to the scores as surely as a tokenizer's."""
+    return value.float01 and not value.all_ones and value.dtype not in {"bool", "int"}
 
 
 def _branch_binds_none(body: list[ast.stmt], name: str) -> bool:

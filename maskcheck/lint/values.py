@@ -155,9 +155,15 @@ class Value:
     # A DataLoader whose collate_fn is a function of this file returning a tuple: what each
     # position of a batch gives (`for x, frame_mask, y in loader:`).
     element_parts: tuple[Any, ...] = ()
-    # ... and the name of its collate_fn: a batch spread into a call (`model(**batch)`) gives
-    # the keys of the dict it returns
+    # ... and the name its collate_fn is given (any name: the reader of a batch spread into a
+    # call, `model(**batch)`, takes the keys of the dict it returns only if it is a function of
+    # this file)
     element_dict: str | None = None
+    # The dict a function of this file returns with a mask among its keys (`batch =
+    # collate(rows)`), by the function's name: spread into a call (`model(**batch)`), also
+    # where it is handed to another function first (`align(model, batch)`), it gives that
+    # function's keys
+    dict_of: str | None = None
     # A member of an Enum class of this file (`AttentionType.CAUSAL`), compared by identity
     # or equality with another: the comparison's flag (`self.kind is AttentionType.CAUSAL`).
     member: str | None = None
@@ -817,8 +823,8 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     key = node.slice
     if base.tokens and isinstance(key, ast.Constant) and key.value == "attention_mask":
         return Value(dtype="int", hf_keep=True, layout="BS")
-    if (not base or base.tokens) and isinstance(key, ast.Constant) and isinstance(
-            key.value, str):
+    if (not base or base.tokens or base.dict_of) and isinstance(key, ast.Constant) and (
+            isinstance(key.value, str)):
         # (`processor.pad(images)["pixel_mask"]` reads as a tokenizer's output by its names,
         # but a dict of this file returned under that key is what it holds)
         written = dotted(node.value)
@@ -1578,7 +1584,35 @@ def torch_attention_class(func: ast.expr) -> bool:
         module_dotted(func.value) or "").split(".")[0] in {"nn", "torch"}
 
 
+# What einops' `rearrange`/`repeat` keep of a tensor: its values' dtype and meaning, not its
+# axes (a pattern may add, merge, move or transpose them).
+_EINOPS_KEPT = ("dtype", "additive", "finfo_min", "zero_one", "all_ones", "zeros", "wide_finfo",
+                "int_mask", "hf_keep", "hf_keep_inverted", "pad_keep", "float01", "padding01",
+                "keep_mask", "collated", "maybe_half", "never_half", "tensor", "pair_keep",
+                "int_on_a_path", "cast01")
+
+
+def einops_operand(call: ast.AST) -> ast.expr | None:
+    """The tensor einops' `rearrange(x, "b s -> b 1 1 s")` or `repeat(x, "b s -> b h s",
+    h=4)` (also as `einops.rearrange`) reads; None for any other call. A pattern with `->` is
+    einops' own (itertools' `repeat` takes none)."""
+    if not isinstance(call, ast.Call) or len(call.args) < 2:
+        return None
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(
+        func, ast.Attribute) and module_dotted(func.value) == "einops" else None
+    pattern = call.args[1]
+    if name not in {"rearrange", "repeat"} or not (isinstance(pattern, ast.Constant) and isinstance(
+            pattern.value, str) and "->" in pattern.value):
+        return None
+    return call.args[0]
+
+
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
+    operand = einops_operand(call)
+    if operand is not None:
+        held = describe(operand, lookup)
+        return Value(**{name: getattr(held, name) for name in _EINOPS_KEPT})
     name = call_name(call, lookup)
     base_node = receiver(call)
     if name is None:
@@ -1616,10 +1650,13 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             dataset.func, ast.Name) else describe(dataset, lookup).module
         parts = lookup(items + ".__getitem__").parts if items else ()
         return Value(element_parts=tuple(_stacked(p) for p in parts)) if parts else UNKNOWN
-    if any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
+    if (any(hint in name.lower() for hint in _TOKENIZER_HINTS) or (
             base_node is not None and any(
                 hint in (last_name(base_node) or "").lower() for hint in _TOKENIZER_HINTS)
-            and name in {"encode_plus", "batch_encode_plus", "__call__", "pad"}):
+            and name in {"encode_plus", "batch_encode_plus", "__call__", "pad"})) and not (
+            isinstance(call.func, ast.Name) and lookup(call.func.id).module):
+        # (not an instance of a class of this file named so: `tokenizer(notes)` of the file's
+        # own tokenizer gives what its `__call__` returns, a bool mask maybe)
         return Value(tokens=True)
     dtype_kw = dtype_of(kwarg(call, "dtype"))
     grad = kwarg(call, "requires_grad")
