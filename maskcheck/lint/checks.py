@@ -2079,7 +2079,8 @@ class Linter:
                         pair_only = True
                     elif kinds <= _KEY_PADDING_ROLES and ((_tokenizer_pair(
                             names, param, UNKNOWN) and seed(key, param).dtype == "int") or (
-                            seed(key, param).collated and seed(key, param).dtype is None)):
+                            seed(key, param).collated and seed(key, param).dtype in {
+                                None, "int"})):
                         # handed on to a key padding mask, and every call gives the tokenizer's
                         # int64 mask (or a batch's `attention_mask`, the collator's): its dtype
                         # is read at a `~` in the body (mContriever's pooling, MC518), the

@@ -54,7 +54,7 @@ _TRANSPOSES = frozenset({"T", "mT", "t", "transpose", "transpose_"})
 # Methods of tensors (and arrays) that a Python bool lacks.
 _ARRAY_METHODS = KEEPS_VALUES | _TRANSPOSES | {
     "float", "double", "half", "bfloat16", "bool", "long", "int", "to", "type", "type_as", "byte",
-    "char", "short"}
+    "char", "short", "astype"}
 # torch's dtype names, by the fact they give.
 _HALF = frozenset({"float16", "half", "bfloat16"})
 # The float dtype facts: float32, float16 and bfloat16 (same range as float32, so -1e9 fits).
@@ -628,6 +628,8 @@ def _tri_of(call: ast.Call, name: str, base: Value) -> str | None:
         return None
     diagonal = argument(call, 1, "diagonal") if is_module_call(call) else argument(
         call, 0, "diagonal")
+    if diagonal is None:
+        diagonal = kwarg(call, "k")  # numpy's name for it: `np.tril(ones, k=-1)`
     d = 0.0 if diagonal is None else number(diagonal)
     if d == 0:
         return "upper" if name == "triu" else "lower"
@@ -649,6 +651,22 @@ def _offset_of_lengths(node: ast.AST | None) -> bool:
     return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Sub, ast.Add)) and all(
         isinstance(side, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant))
         for side in (node.left, node.right))
+
+
+def _array_mask(value: Value) -> Value | None:
+    """What a tensor made from an array (`torch.from_numpy(a)`) keeps of the array's facts: a
+    mask's (a triangle, a keep or padding test, 0/1 values, a dtype); None when the array is
+    known as none of them. A comparison of operands not known as tensors is read as the
+    elementwise one it is on arrays."""
+    if value.if_tensor is not None:
+        value = value.if_tensor
+    if (value.zeros and not value.pad_keep) or not (
+            value.dtype == "bool" or value.tri or value.zero_one or value.all_ones
+            or value.additive or value.pad_keep or value.hf_keep or value.hf_keep_inverted
+            or value.keep_mask):
+        # (an array of zeros is a buffer filled later, `src[i, :k] = elems`: not a mask)
+        return None
+    return value
 
 
 def _triangle(call: ast.Call, name: str, base: Value) -> Value:
@@ -881,7 +899,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     layout = _indexed_layout(_tokenizer_layout(base) if any(is_none(p) for p in (
         key.elts if isinstance(key, ast.Tuple) else [key])) else base.layout, key)
     return replace(base, tri=tri, tri_at=base.tri_at if tri else None, tokens=False, api=None,
-                   mha=False, number=None, layout=layout,
+                   mha=False, number=None, layout=layout, dict_of=None,
                    layout_at=_layout_made(base, layout, node))
 
 
@@ -1844,6 +1862,12 @@ def _describe_factory(
         # `torch.tensor([0.0] + [float("-inf")] * (k - 1))`: python floats give the default
         # dtype, float32 (OpenNMT-py's beam-search log-probs)
         return Value(dtype=dtype_kw or "fp32")
+    if name in {"from_numpy", "as_tensor", "tensor"} and call.args and isinstance(
+            call.args[0], (ast.Name, ast.Call, ast.Subscript, ast.Attribute)) and (
+            held := _array_mask(describe(call.args[0], lookup))) is not None:
+        # `torch.from_numpy(np.tril(np.ones((n, n), dtype=bool), k=-1))`, `torch.as_tensor(
+        # keep)` of a numpy mask: the same values, and the same dtype unless one is given
+        return replace(held, tensor=True, dtype=dtype_kw or held.dtype)
     if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
                 "FloatTensor"} and call.args:
         # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
@@ -2151,6 +2175,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         masked = base_node is not None and _names_mask(base_node)
         return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep,
                        float01=False)
+    if name == "astype" and call.args and (dtype := dtype_of(call.args[0])) is not None:
+        # numpy's cast: `(dist > window).astype(np.float32)`, `keep.astype(bool)`
+        return _retyped(base, dtype)
     if name in {"to", "type"}:
         target = argument(call, 0, "dtype")
         dtype = dtype_of(target) or dtype_of(kwarg(call, "dtype")) or _held_dtype(

@@ -455,3 +455,161 @@ def test_a_collated_dict_handed_to_a_helper_that_spreads_it_is_read(found: Found
     fixed = COLLATED_DICT_HANDED_ON.replace(".unsqueeze(1).unsqueeze(3)",
                                             ".unsqueeze(1).unsqueeze(2)")
     assert found(fixed) == []
+
+
+# Held-out 53 (domain scientists' code): masks built with numpy and turned into tensors.
+NUMPY_TRIANGLE = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def lookahead_mask(n):
+    return torch.from_numpy(np.tril(np.ones((n, n), dtype=bool), k=-1))
+
+
+class Forecaster(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+
+    def forward(self, x):
+        mask = lookahead_mask(x.size(1))
+        return self.attn(x, x, x, attn_mask=mask)[0]
+"""
+
+
+def test_a_numpy_triangle_made_a_tensor_keeps_its_direction(found: Found) -> None:
+    made = line_of(NUMPY_TRIANGLE, "np.tril(")
+    assert found(NUMPY_TRIANGLE) == [(made, "MC521")]
+    fixed = NUMPY_TRIANGLE.replace("np.tril(np.ones((n, n), dtype=bool), k=-1)",
+                                   "np.triu(np.ones((n, n), dtype=bool), k=1)")
+    assert found(fixed) == []
+
+
+def test_numpy_tril_k_is_its_diagonal() -> None:
+    import numpy as np
+
+    strict = torch.from_numpy(np.tril(np.ones((3, 3), dtype=bool), k=-1))
+    assert torch.equal(strict, torch.ones(3, 3, dtype=torch.bool).tril(diagonal=-1))
+    assert not bool(strict.diagonal().any())
+
+
+NUMPY_KEEP_SUBTRACTED = """\
+import numpy as np
+import torch
+
+
+def pad_profiles(profiles):
+    n = max(len(p) for p in profiles)
+    keep = np.zeros((len(profiles), n), dtype=bool)
+    for i, p in enumerate(profiles):
+        keep[i, : len(p)] = True
+    keep = torch.from_numpy(keep)
+    pad = 1 - keep
+    return keep, pad
+"""
+
+
+def test_a_numpy_bool_mask_made_a_tensor_is_bool(found: Found) -> None:
+    assert found(NUMPY_KEEP_SUBTRACTED) == [(line_of(NUMPY_KEEP_SUBTRACTED, "pad = 1 - keep"),
+                                             "MC512")]
+    assert found(NUMPY_KEEP_SUBTRACTED.replace("pad = 1 - keep", "pad = ~keep")) == []
+
+
+NUMPY_FLOAT_BAND = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class LocalEncoder(nn.Module):
+    def __init__(self, frames, window):
+        super().__init__()
+        i = np.arange(frames)
+        far = (np.abs(i[:, None] - i[None, :]) > window).astype(np.float32)
+        self.register_buffer("band_bias", torch.from_numpy(far) * float("-inf"))
+"""
+
+
+def test_a_numpy_float_mask_times_minus_inf_is_found(found: Found) -> None:
+    assert found(NUMPY_FLOAT_BAND) == [(line_of(NUMPY_FLOAT_BAND, "band_bias"), "MC522")]
+    fixed = NUMPY_FLOAT_BAND.replace(
+        'torch.from_numpy(far) * float("-inf")',
+        'torch.zeros(frames, frames).masked_fill(torch.from_numpy(far).bool(), float("-inf"))')
+    assert found(fixed) == []
+
+
+def test_a_numpy_zeros_buffer_filled_later_is_no_mask(found: Found) -> None:
+    # the ids array is zeros only until it is written: `src.eq(0)` is still a padding test
+    source = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def make(n, width, rows):
+    src = np.zeros((n, width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        src[i, : len(row)] = row
+    return torch.from_numpy(src)
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.embed = nn.Embedding(50, dim)
+        layer = nn.TransformerEncoderLayer(dim, 2)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, src):
+        return self.encoder(self.embed(src).transpose(0, 1), mask=src.eq(0))
+"""
+    assert [code for _, code in found(source)] == ["MC515"]
+
+
+def test_zero_times_minus_inf_is_nan() -> None:
+    assert bool(torch.isnan(torch.tensor([0.0, 1.0]) * float("-inf"))[0])
+
+
+# Held-out 53's time-use diaries: the collate function builds an int64 keep-mask with numpy
+# and returns it under the tokenizer's key; the model inverts it with `~` for MHA.
+NUMPY_INT_MASK_INVERTED = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def collate(rows):
+    n = max(len(r) for r in rows)
+    cat = np.zeros((len(rows), n), dtype=np.int64)
+    attention_mask = np.zeros((len(rows), n), dtype=np.int64)
+    for i, r in enumerate(rows):
+        cat[i, : len(r)] = r
+        attention_mask[i, : len(r)] = 1
+    return {"category": torch.as_tensor(cat), "attention_mask": torch.as_tensor(attention_mask)}
+
+
+class DiaryEncoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cat = nn.Embedding(10, dim)
+        self.attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+
+    def forward(self, category, attention_mask):
+        h = self.cat(category)
+        return self.attn(h, h, h, key_padding_mask=~attention_mask, need_weights=False)[0]
+
+
+def run(rows):
+    model = DiaryEncoder(8)
+    batch = collate(rows)
+    return model(**batch)
+"""
+
+
+def test_a_collated_int64_mask_inverted_with_tilde_is_found(found: Found) -> None:
+    inverted = line_of(NUMPY_INT_MASK_INVERTED, "key_padding_mask=~attention_mask")
+    assert found(NUMPY_INT_MASK_INVERTED) == [(inverted, "MC518")]
+    fixed = NUMPY_INT_MASK_INVERTED.replace("~attention_mask", "attention_mask == 0")
+    assert found(fixed) == []
