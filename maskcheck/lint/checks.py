@@ -2485,12 +2485,15 @@ class Linter:
                         node.value)))
                 return
             given = self.scope.values.get(name, UNKNOWN)
-            if isinstance(node, ast.Assign) and facts.dtype == "bool" and (
-                    given.dtype == "int" and (given.hf_keep or given.int_mask)):
+            if facts.dtype == "bool" and given.dtype == "int" and (
+                    given.hf_keep or given.int_mask):
                 # `if attention_mask is None: attention_mask = input_ids.ne(pad)` where every
                 # call gives the tokenizer's int64 mask: the default's bool stands for the
                 # calls that give none, the int for the others (a `~` of it: MC518)
-                self._assign(node)
+                if isinstance(node, ast.Assign):
+                    self._assign(node)
+                elif node.value is not None:
+                    self._assign_target(node.target, node.value, self._bound_facts(node.value))
                 self.bind(name, replace(self.scope.values.get(name, UNKNOWN), dtype=None,
                                         int_on_a_path=True))
                 return

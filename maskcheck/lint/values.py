@@ -1896,7 +1896,9 @@ def _describe_factory(
         # also where the zeros are bound to a name that says cache (`past = torch.zeros(...)`)
         if len(parts) >= 2 and any(d.finfo_min for d in described) and all(
                 d.finfo_min or d.zeros for d in described):
-            return Value(finfo_min=True, additive=True)
+            # (additive where every part is a mask, not scores filled with finfo.min:
+            # native-sparse-attention's `cat((sim, bsim))` of masked scores stays scores)
+            return Value(finfo_min=True, additive=all(d.additive or d.zeros for d in described))
         if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or d.cached
                                    for p, d in zip(parts[:-1], described, strict=False)):
             return Value(cached=True)

@@ -613,3 +613,23 @@ def test_a_collated_int64_mask_inverted_with_tilde_is_found(found: Found) -> Non
     assert found(NUMPY_INT_MASK_INVERTED) == [(inverted, "MC518")]
     fixed = NUMPY_INT_MASK_INVERTED.replace("~attention_mask", "attention_mask == 0")
     assert found(fixed) == []
+
+
+def test_scores_filled_and_concatenated_stay_scores(found: Found) -> None:
+    # fresh precision set's native-sparse-attention test: masked scores joined with `cat` and
+    # rearranged, then scaled, are no additive mask multiplied (MC523)
+    source = """\
+import torch
+from einops import rearrange
+
+
+def attend(q, k, bk, keep):
+    sim = q @ k.transpose(-1, -2)
+    causal = torch.ones(sim.shape[-2:], dtype=torch.bool).triu(1)
+    sim = sim.masked_fill(causal, -torch.finfo(sim.dtype).max)
+    bsim = torch.where(keep, q @ bk.transpose(-1, -2), -torch.finfo(sim.dtype).max)
+    sim = rearrange(torch.cat((sim, bsim), dim=-1), "b i j -> b i j")
+    sim = sim * q.shape[-1] ** -0.5
+    return sim.softmax(dim=-1)
+"""
+    assert found(source) == []
