@@ -1627,11 +1627,10 @@ def einops_operand(call: ast.AST) -> ast.expr | None:
 
 
 def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
-    operand = einops_operand(call)
-    if operand is not None:
-        held = describe(operand, lookup)
-        return Value(**{name: getattr(held, name) for name in _EINOPS_KEPT})
     name = call_name(call, lookup)
+    if name in {"rearrange", "repeat"} and (operand := einops_operand(call)) is not None:
+        held = describe(operand, lookup)
+        return Value(**{fact: getattr(held, fact) for fact in _EINOPS_KEPT})
     base_node = receiver(call)
     if name is None:
         return UNKNOWN
