@@ -525,6 +525,8 @@ def _attributes_written_outside(tree: ast.AST | None) -> frozenset[str]:
     return frozenset(names)
 
 
+# The list methods that add elements (`Linter._list_grows`).
+_LIST_GROWS = frozenset({"append", "extend", "insert", "__setitem__"})
 # In-place writes of a tensor's values (what `_attributes_written_outside` reads).
 _INPLACE_WRITES = frozenset({"fill_", "masked_fill_", "copy_", "zero_", "index_fill_",
                              "scatter_", "index_put_"})
@@ -808,7 +810,7 @@ _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
            "_written_outside", "_instances", "_embedding_calls", "_key_axes_text",
-           "_every_call_methods")
+           "_every_call_methods", "_set_fields", "_function_spans")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
@@ -945,6 +947,8 @@ class Linter:
         self.calls_to: dict[_Param, list[str | None]] | None = None
         # The module and, built only when MC510 is about to fire, each node's parent.
         self._tree: ast.AST | None = None
+        self._function_spans: list[tuple[int, int]] | None = None
+        self._set_fields: tuple[dict[str, set[str]], frozenset[str]] | None = None
         # Built on the first `is_causal=self.flag` (see `_causal_instance`).
         self._instances: dict[tuple[str, str, str], _CausalInstance] | None = None
         self._parent_of: dict[int, ast.AST] | None = None
@@ -974,6 +978,10 @@ class Linter:
         # every call of this file passes a padding mask (True = padding): the keep reading is
         # the wrong one (set by `_seeded_parameters`, read by the seeded walks).
         self.padding_given: set[tuple[tuple[str, str], str]] = set()
+        # (function, parameter): a mask parameter that defaults to None and that every call of
+        # this file leaves out or passes None (`self.attn(x)` of `forward(self, x, mask=None)`):
+        # its `if mask is not None:` body never runs in this file (see `_never_given`).
+        self.never_given: set[tuple[tuple[str, str], str]] = set()
         # ... and the roles of each such parameter. A parameter whose only roles are arithmetic
         # on the scores (`scores + m`, `scores * m`: `_USE_SITE_ROLES`) is given its calls'
         # facts all the same, and where every call agrees the finding is made at that use in
@@ -1254,9 +1262,12 @@ class Linter:
     def _reported_around(self, echo: Hit, used: set[tuple[str, int]]) -> bool:
         """Whether the innermost function around the line an echo names (`Hit.echo_of`)
         holds a finding of the echo's code that is no echo itself."""
-        spans = [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(
-            self._tree) if isinstance(node, _FUNCTION_NODES)] if self._tree is not None else []
-        around = [span for span in spans if span[0] <= (echo.echo_of or 0) <= span[1]]
+        if self._function_spans is None:  # built once, at the first echo (echoes are rare)
+            self._function_spans = [
+                (node.lineno, node.end_lineno or node.lineno) for node in ast.walk(self._tree)
+                if isinstance(node, _FUNCTION_NODES)] if self._tree is not None else []
+        around = [span for span in self._function_spans
+                  if span[0] <= (echo.echo_of or 0) <= span[1]]
         if not around:
             return False
         start, end = max(around)  # the innermost: the one that starts last
@@ -1471,12 +1482,16 @@ class Linter:
         if not self.scope.fp16_guard and mentions_half(node.test):
             self.scope.fp16_guard = True
             stack.append((_Exit("fp16_guard"), None))
-        if self.scope.kind == "function" and (tested := _not_none_test(node.test)) is not None and (
-                tested in self.scope.assigned) and self._none_just_before(node, parent, tested):
+        tested = _not_none_test(node.test) if self.scope.kind == "function" else None
+        if tested is not None and ((
+                tested in self.scope.assigned and self._none_just_before(node, parent, tested))
+                or (self.seeds and (self.scope.key, tested) in self.never_given
+                    and tested not in self.scope.assigned)):
             # `attn_bias = None` then `if attn_bias is not None:` with nothing between that
             # binds it: the body never runs (ComfyUI's ACE-Step attention, copied from code
             # where the name was a parameter). In a function only: a module's `x = None` is
-            # a setting a user edits (and what a parameter's default reads as at top level)
+            # a setting a user edits (and what a parameter's default reads as at top level).
+            # So does the body for a parameter no call of this file gives (`never_given`).
             _push_statements(stack, node.orelse, node)
             return
         # The walk reads the else branch after the body, so a name bound in both would keep the
@@ -2033,6 +2048,21 @@ class Linter:
                 (*sig.positional, *sig.keyword_only), param, result, sig.stated_axes) or result
             return result
 
+        none_memo: dict[tuple[tuple[str, str], str], bool] = {}
+
+        def never_given(key: tuple[str, str], param: str) -> bool:
+            """See `Linter.never_given`: also where the calls hand on their own parameter that
+            is never given (`self.attn(x, mask=mask)` in a `forward(self, x, mask=None)` that
+            no call gives a mask)."""
+            ref = (key, param)
+            if ref not in none_memo:
+                none_memo[ref] = False  # (a cycle gives no answer)
+                signature = self.defs.get(key)
+                none_memo[ref] = bool(signature) and len(signature or ()) == 1 and _never_given(
+                    signature[0], calls.get(key, []), param,
+                    lambda origin: never_given((origin[0], origin[1]), origin[2]))
+            return none_memo[ref]
+
         # Flags and cached keys are read only by is_causal (MC506/MC510): not worth a second
         # walk of a file without SDPA.
         causal_read = "is_causal" in self.source or "scaled_dot_product_attention" in self.source
@@ -2042,6 +2072,10 @@ class Linter:
             if not signature or len(signature) != 1:
                 continue
             with_roles = self.role_params.get(key, set())
+            for param in with_roles:
+                if never_given(key, param):
+                    self.never_given.add((key, param))
+                    seeds.setdefault(key, {})  # walked again, without that body
             for param in with_roles:
                 kinds = self.role_kinds.get((key, param), set())
                 if {"keep-sdpa", "drop-fill"} <= kinds and (
@@ -2334,6 +2368,13 @@ class Linter:
                                                 # `mask_value: float = torch.finfo(
                                                 # torch.float32).min` (MC517 where it fills)
                                                 or value.wide_finfo)}
+            for attr, default in _init_defaults(done.node).items():
+                # `def __init__(self, mask_fill_value=-1e-9): self.mask_fill_value =
+                # mask_fill_value` (a PretrainedConfig subclass): `config.mask_fill_value`
+                facts = self.value(default)
+                if attr not in constants and (facts.number is not None
+                                              or facts.flag is not None):
+                    constants[attr] = Value(number=facts.number, flag=facts.flag)
             for stmt in getattr(done.node, "body", []):
                 # `mask: MaskConfig = field(default_factory=MaskConfig)`: the nested record's
                 # defaults, as `mask.fill_value`
@@ -2341,6 +2382,8 @@ class Linter:
                         nested := self._class_fields.get(_annotation_name(stmt.annotation) or "")):
                     constants.update({f"{stmt.target.id}.{key}": value
                                       for key, value in nested.items()})
+            if constants:
+                constants = self._defaults_that_hold(done.node, constants)
             if constants:
                 self._class_fields[done.name] = constants
                 for key, value in constants.items():
@@ -2589,6 +2632,9 @@ class Linter:
                 if picked:
                     self._helper_call(call, picked)
             return
+        if name in _LIST_GROWS and isinstance(call.func, ast.Attribute) and isinstance(
+                call.func.value, ast.Name):
+            self._list_grows(call.func.value.id, call, name)
         if name == "partial" and len(call.args) == 1 and call.keywords and self.value(
                 call.args[0]).api == "scaled_dot_product_attention":
             # `partial(F.scaled_dot_product_attention, attn_mask=m)` returned or stored: the
@@ -3184,6 +3230,26 @@ class Linter:
             facts = _held_by_attribute(facts, self._read_once(target.attr, facts))
             self._class_scope_add(target.attr, value=facts)
             self.scope.values["self." + target.attr] = facts
+
+    def _defaults_that_hold(self, node: ast.AST | None,
+                            fields: dict[str, Value]) -> dict[str, Value]:
+        """The class-level defaults of a record of this file that every instance keeps: not a
+        field some construction of it sets (`Config(gap_fill=float("-inf"))`, positionally or
+        through `**`), a `replace(cfg, gap_fill=...)` sets, or the file assigns from outside
+        (`cfg.gap_fill = ...`)."""
+        if not isinstance(node, ast.ClassDef):
+            return fields
+        if self._set_fields is None:
+            self._set_fields = _fields_set_outside(self._tree)
+        by_class, anywhere = self._set_fields
+        set_here = by_class.get(node.name, ())
+        if "**" in set_here:
+            return {}
+        order = _field_order(node)
+        positional = {order[i] for i in range(len(order)) if f"#{i}" in set_here}
+        return {key: value for key, value in fields.items() if (
+            first := key.split(".")[0]) not in set_here and first not in anywhere
+            and first not in positional}
 
     def _read_once(self, attr: str, value: Value) -> bool:
         """Whether `value`, stored in `self.<attr>`, holds a triangle a helper of the file made
@@ -3844,6 +3910,20 @@ class Linter:
             cls = self._class_scope()
             return cls is not None and name in cls.mutated
         return name in self._binding_scope(name).mutated
+
+    def _list_grows(self, held: str, call: ast.Call, name: str) -> None:
+        """`masks.append(m)` of a list of tensors of one dtype (`Value.elements`): the list
+        keeps that dtype while every element appended has it; any other growth forgets it."""
+        before = self.lookup(held)
+        if before.elements is None:
+            return
+        after = UNKNOWN
+        if name == "append" and len(call.args) == 1 and not call.keywords and not isinstance(
+                call.args[0], (ast.Constant, ast.Starred)):
+            dtype = self.value(call.args[0]).dtype
+            if dtype is not None and before.elements in {"", dtype}:
+                after = Value(elements=dtype)
+        self.bind(held, after)
 
     def _note_mutations(self, call: ast.Call, name: str) -> None:
         """`m.masked_fill_(...)`, `m[i].fill_(0)`, `helper(m)`: `m` may hold other values now."""
@@ -6759,6 +6839,29 @@ def _stores(node: ast.AST, name: str) -> bool:
         node.name == name)
 
 
+def _never_given(signature: _Signature, passed: list[_Passed], param: str,
+                 none_upstream: Callable[[_Origin], bool]) -> bool:
+    """Whether every call (there is one at least) leaves `param` out where it defaults to
+    None, passes None, or hands on its caller's own parameter that is never given
+    (`none_upstream`): see `Linter.never_given`."""
+    default = signature.defaults.get(param)
+    if not passed or any(call.spread or call.forwarded is not None for call in passed):
+        return False
+    index = signature.positional.index(param) if param in signature.positional else -1
+    for call in passed:
+        if 0 <= index < len(call.args):
+            _, origin = call.args[index]
+        elif param in call.keywords:
+            _, origin = call.keywords[param]
+        elif default is not None and is_none(default):
+            continue
+        else:
+            return False
+        if origin is not _PASSED_NONE and (origin is None or not none_upstream(origin)):
+            return False
+    return True
+
+
 def _not_none_test(test: ast.expr) -> str | None:
     """The name an `if name is not None:` test is about."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
@@ -7194,6 +7297,73 @@ def _names_padding(param: str) -> bool:
 def _keeps(facts: Value) -> bool:
     """A keep-mask (True / 1 = may attend) by how it was made or named."""
     return (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted
+
+
+def _fields_set_outside(tree: ast.AST | None) -> tuple[dict[str, set[str]], frozenset[str]]:
+    """See `Linter._defaults_that_hold`: by class name, the fields its constructions set
+    (keywords, `#i` for the i-th positional argument, `**` for a spread); and the attribute
+    names set anywhere else (`cfg.x = ...` not on `self`, `replace(cfg, x=...)`)."""
+    by_class: dict[str, set[str]] = {}
+    anywhere: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call):
+            name = call_name(node)
+            if name in {"replace", "_replace", "evolve"}:
+                anywhere.update(kw.arg for kw in node.keywords if kw.arg)
+            elif isinstance(node.func, ast.Name):
+                set_here = by_class.setdefault(node.func.id, set())
+                set_here.update(kw.arg or "**" for kw in node.keywords)
+                for i, arg in enumerate(node.args):
+                    set_here.add("**" if isinstance(arg, ast.Starred) else f"#{i}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            anywhere.update(t.attr for t in targets if isinstance(t, ast.Attribute) and not (
+                isinstance(t.value, ast.Name) and t.value.id in {"self", "cls"}))
+    return by_class, frozenset(anywhere)
+
+
+def _field_order(node: ast.ClassDef) -> list[str]:
+    """The names a construction's positional arguments fill, in order: `__init__`'s
+    parameters after `self`, or else the annotated fields of a record's body."""
+    init = next((m for m in node.body if isinstance(m, ast.FunctionDef)
+                 and m.name == "__init__"), None)
+    if init is not None:
+        return [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
+    return [stmt.target.id for stmt in node.body if isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)]
+
+
+def _init_defaults(node: ast.AST | None) -> dict[str, ast.expr]:
+    """The attributes a class's `__init__` sets straight from a parameter with a constant
+    default (`self.mask_fill_value = mask_fill_value`), and no other method rebinds: their
+    defaults."""
+    if not isinstance(node, ast.ClassDef):
+        return {}
+    init = next((m for m in node.body if isinstance(m, ast.FunctionDef)
+                 and m.name == "__init__"), None)
+    if init is None:
+        return {}
+    args = init.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = {a.arg: d for a, d in [
+        *zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+        *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        if d is not None and isinstance(
+            d.operand if isinstance(d, ast.UnaryOp) else d, ast.Constant)}
+    if not defaults:
+        return {}
+    rebound = {t.attr for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and m is not init for t in subnodes(m) if isinstance(t, ast.Attribute)
+               and isinstance(t.ctx, ast.Store)}
+    found: dict[str, ast.expr] = {}
+    for stmt in init.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(target := stmt.targets[0], ast.Attribute)
+                and isinstance(target.value, ast.Name) and target.value.id == "self"
+                and isinstance(stmt.value, ast.Name) and stmt.value.id in defaults
+                and target.attr not in rebound):
+            found[target.attr] = defaults[stmt.value.id]
+    return found
 
 
 def _instance_fields(node: ast.AST | None, values: dict[str, Value]) -> dict[str, Value]:
@@ -8136,6 +8306,10 @@ def _join(a: Value, b: Value) -> Value:
         # atoms' pair mask and as `ea` with the protein's key mask): a -inf fill empties the
         # padded queries' rows on that path (MC507)
         shared = replace(shared, pair_keep=True)
+    if {a.elements, b.elements} - {"", None} and "" in {a.elements, b.elements}:
+        # a list empty on one path and holding tensors of one dtype on the other (appended to
+        # in a loop's body): the stack of it, where it runs, has that dtype
+        shared = replace(shared, elements=a.elements or b.elements)
     if a.cached or b.cached:
         # keys that hold the cache on one path (`if use_cache: keys = torch.cat([self.cache_k,
         # k])`): a literal is_causal=True after the join is wrong on that path (MC510)
@@ -8219,6 +8393,7 @@ def _seeded_walk(tree: ast.AST, enabled: frozenset[str], source: str, path: str,
     linter.declare_classes(*declared)
     linter.seeds = seeds
     linter.padding_given = first.padding_given
+    linter.never_given = first.never_given
     linter.use_site = use_site
     linter.option_defaults = options
     linter.record_calls = record

@@ -189,7 +189,9 @@ class Value:
     # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
     bound: tuple[ast.keyword, ...] = ()
     # A Python list or tuple whose every element is a tensor of this one dtype
-    # (`[torch.ones(n) for n in lengths]`): what torch.cat/stack/pad_sequence of it hold.
+    # (`[torch.ones(n) for n in lengths]`, or `masks = []` and then only `masks.append(m)` of
+    # such tensors): what torch.cat/stack/pad_sequence of it hold. "" for an empty list no
+    # element was appended to yet (`EMPTY_LIST`).
     elements: str | None = None
     # float16/bfloat16 on some path: a torch dtype object held in a name or returned by a helper
     # (`torch.bfloat16 if on_xla else torch.float32`, `downcast_dtype() or self.dtype` with a
@@ -302,6 +304,8 @@ def replace(value: _T, /, **changes: Any) -> _T:
 
 
 UNKNOWN = Value()
+# An empty Python list, before anything is appended to it (see `Value.elements`).
+EMPTY_LIST = Value(elements="")
 TENSOR = Value(tensor=True)  # all that is known of a parameter annotated `torch.Tensor`
 BOOL_ANNOTATED = Value(annotated01=True)  # ... and of one annotated `torch.BoolTensor`
 # What an untouched parameter holds: nothing known but its annotation.
@@ -756,6 +760,8 @@ def _describe_sequence(
     in lengths]`, `[a.float(), b.float()]`. A comprehension's own loop names are unknown inside
     it (an outer binding of the same name says nothing about them)."""
     if isinstance(node, (ast.List, ast.Tuple)):
+        if isinstance(node, ast.List) and not node.elts:
+            return EMPTY_LIST  # (`masks = []`, then `masks.append(m)`: see `Value.elements`)
         if not node.elts or any(isinstance(e, ast.Starred) for e in node.elts):
             return UNKNOWN
         dtypes = {describe(e, lookup).dtype for e in node.elts}
@@ -896,6 +902,12 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
     tri = base.tri if _square_slice(key) else None
+    if isinstance(key, ast.Name) and base.layout and (
+            picked := lookup(key.id)).dtype == "int" and picked.tensor:
+        # `keep[idx]` of an int64 index tensor (`idx = perm[i:i + b]`): the rows it picks,
+        # on the same axes (a bool index, which flattens, is no int tensor)
+        return replace(base, tri=None, tri_at=None, tokens=False, api=None, mha=False,
+                       number=None, dict_of=None)
     layout = _indexed_layout(_tokenizer_layout(base) if any(is_none(p) for p in (
         key.elts if isinstance(key, ast.Tuple) else [key])) else base.layout, key)
     return replace(base, tri=tri, tri_at=base.tri_at if tri else None, tokens=False, api=None,
@@ -1847,6 +1859,9 @@ def _describe_factory(
         return Value(dtype=dtype_kw or default, zeros=name in _ZEROS_NAMES,
                      positions=name == "arange", maybe_half=dtype_kw is None and _dtype_named(
                          kwarg(call, "dtype")), never_half=name == "arange" and no_dtype)
+    if name == "randperm" and module_dotted(call.func) == "torch.randperm":
+        # (a permutation of indices: int64 unless a dtype says otherwise, `x[perm[:b]]`)
+        return Value(dtype=dtype_kw or "int", tensor=True)
     if name == "eye":  # (an identity matrix: float32 without a dtype)
         return Value(dtype=dtype_kw or ("fp32" if no_dtype else None))
     if name == "tensor" and call.args and _int_literal(call.args[0]):
@@ -1862,7 +1877,8 @@ def _describe_factory(
         # dtype, float32 (OpenNMT-py's beam-search log-probs)
         return Value(dtype=dtype_kw or "fp32")
     if name in {"from_numpy", "as_tensor", "tensor"} and call.args and isinstance(
-            call.args[0], (ast.Name, ast.Call, ast.Subscript, ast.Attribute)) and (
+            call.args[0], (ast.Name, ast.Call, ast.Subscript, ast.Attribute, ast.Compare,
+                           ast.BinOp, ast.UnaryOp)) and (
             held := _array_mask(describe(call.args[0], lookup))) is not None:
         # `torch.from_numpy(np.tril(np.ones((n, n), dtype=bool), k=-1))`, `torch.as_tensor(
         # keep)` of a numpy mask: the same values, and the same dtype unless one is given
@@ -1908,7 +1924,7 @@ def _describe_factory(
         # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
         # written into that dtype): the result has that dtype.
         joined = argument(call, 0, "tensors" if name != "pad_sequence" else "sequences")
-        dtype = describe(joined, lookup).elements if joined is not None else None
+        dtype = (describe(joined, lookup).elements or None) if joined is not None else None
         if dtype is None and isinstance(joined, (ast.List, ast.Tuple)) and joined.elts and len(
                 dtypes := {_as_tensor(e, lookup).dtype for e in joined.elts}) == 1 and (
                 dtypes <= {"bool", "int"}):

@@ -70,10 +70,13 @@ def test_a_tokenizer_mask_handed_down_and_cast_for_sdpa_is_found(found: Found) -
 
 
 def test_the_mask_handed_down_under_another_name_keeps_its_reading(found: Found) -> None:
-    # a function called with something else than the tokenizer's mask is not seeded with it
+    # a function called with something else than the tokenizer's mask (here its additive
+    # (batch, seq) bias, which the layer expands and SDPA adds, as it should) is not seeded
+    # with the tokenizer's reading
     other = HANDED_DOWN_KEEP_MASK.replace(
         "x = block(x, attention_mask)",
-        "x = block(x, (1.0 - attention_mask[:, None, None, :].float()) * -1e4)")
+        "x = block(x, (1.0 - attention_mask.float()) * -1e4)")
+    assert other != HANDED_DOWN_KEEP_MASK
     assert found(other) == []
 
 

@@ -1,0 +1,321 @@
+"""Shapes of session 32's reach: the bad source next to the finding it must give, its correct
+form next to none, and the torch 2.13 fact it rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from tests.lint.conftest import line_of
+
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
+
+
+# Held-out 51's heraldry generator: a remote-code config class (a PretrainedConfig subclass)
+# whose `__init__` default is the masking value, read as `config.mask_fill_value` two classes
+# down from where the model is built.
+CONFIG_INIT_DEFAULT = """\
+import torch
+import torch.nn as nn
+from transformers import PretrainedConfig
+
+
+class TinyConfig(PretrainedConfig):
+    model_type = "tiny"
+
+    def __init__(self, n_embd=32, n_head=4, mask_fill_value=-1e-9, **kwargs):
+        self.n_embd = n_embd
+        self.n_head = n_head
+        self.mask_fill_value = mask_fill_value
+        super().__init__(**kwargs)
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.mask_fill_value = config.mask_fill_value
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        scores = q @ k.transpose(-1, -2)
+        future = torch.ones(x.size(1), x.size(1), dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, self.mask_fill_value)
+        return scores.softmax(-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.attn = Attention(config)
+
+    def forward(self, x):
+        return x + self.attn(x)
+
+
+def build():
+    return Block(TinyConfig(n_embd=32))
+"""
+
+
+def test_a_config_init_default_is_the_field_an_instance_holds(found: Found) -> None:
+    use = line_of(CONFIG_INIT_DEFAULT, "scores.masked_fill(future, self.mask_fill_value)")
+    assert found(CONFIG_INIT_DEFAULT) == [(use, "MC516")]
+    fixed = CONFIG_INIT_DEFAULT.replace("mask_fill_value=-1e-9", 'mask_fill_value=float("-inf")')
+    assert fixed != CONFIG_INIT_DEFAULT and found(fixed) == []
+
+
+def test_a_config_built_with_another_value_does_not_hold_the_default(found: Found) -> None:
+    overridden = CONFIG_INIT_DEFAULT.replace(
+        "TinyConfig(n_embd=32)", 'TinyConfig(n_embd=32, mask_fill_value=float("-inf"))')
+    assert overridden != CONFIG_INIT_DEFAULT and found(overridden) == []
+    positional = CONFIG_INIT_DEFAULT.replace("TinyConfig(n_embd=32)",
+                                             'TinyConfig(32, 4, float("-inf"))')
+    assert found(positional) == []
+    spread = CONFIG_INIT_DEFAULT.replace("TinyConfig(n_embd=32)", "TinyConfig(**settings)")
+    assert found(spread) == []
+
+
+# The same for a dataclass config (held-out 53's space-weather forecaster): its default holds
+# where the instance is built without it, not where it is built with another value or the
+# field is set afterwards.
+DATACLASS_DEFAULT = """\
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class ForecastConfig:
+    d_model: int = 16
+    gap_fill: float = -1e-9
+
+
+class Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+
+    def forward(self, x, gap):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        scores = q @ k.transpose(-1, -2)
+        scores = scores.masked_fill(gap[:, None, :], self.cfg.gap_fill)
+        return scores.softmax(-1) @ v
+
+
+def main():
+    cfg = ForecastConfig()
+    return Net(cfg)
+"""
+
+
+def test_a_dataclass_default_holds_only_where_nothing_sets_it(found: Found) -> None:
+    use = line_of(DATACLASS_DEFAULT, "self.cfg.gap_fill)")
+    assert found(DATACLASS_DEFAULT) == [(use, "MC516")]
+    for built in ('ForecastConfig(gap_fill=float("-inf"))', 'ForecastConfig(16, -1e30)'):
+        assert found(DATACLASS_DEFAULT.replace("ForecastConfig()", built)) == []
+    set_after = DATACLASS_DEFAULT.replace(
+        "    cfg = ForecastConfig()\n",
+        '    cfg = ForecastConfig()\n    cfg.gap_fill = float("-inf")\n')
+    assert set_after != DATACLASS_DEFAULT and found(set_after) == []
+
+
+def test_a_tiny_negative_fill_leaves_masked_keys_their_weight() -> None:
+    scores = torch.zeros(1, 4)
+    hidden = torch.tensor([[False, False, True, True]])
+    weights = scores.masked_fill(hidden, -1e-9).softmax(-1)
+    assert torch.allclose(weights, torch.full((1, 4), 0.25))
+    assert torch.equal(scores.masked_fill(hidden, float("-inf")).softmax(-1),
+                       torch.tensor([[0.5, 0.5, 0.0, 0.0]]))
+
+
+# Held-out 53's milking-robot alert: a numpy length test turned into a tensor in one
+# expression, batched by an index tensor, then handed to SDPA as a 2-D attn_mask (MC515).
+NUMPY_LENGTH_TEST_AS_ATTN_MASK = """\
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+MAX_VISITS = 12
+
+
+def pad_visits(visits):
+    X = np.zeros((len(visits), MAX_VISITS, 4), dtype=np.float32)
+    lengths = np.array([len(v) for v in visits])
+    for i, v in enumerate(visits):
+        X[i, : len(v)] = v
+    keep = torch.from_numpy(np.arange(MAX_VISITS)[None, :] < lengths[:, None])
+    return torch.from_numpy(X), keep
+
+
+class VisitAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, h, keep):
+        B, T, D = h.shape
+        q, k, v = (t.reshape(B, T, self.n_heads, -1).transpose(1, 2)
+                   for t in self.qkv(h).chunk(3, -1))
+        return sdpa(q, k, v, keep).transpose(1, 2).reshape(B, T, D)
+
+
+def train(visits):
+    model = VisitAttention(4, 2)
+    X, keep = pad_visits(visits)
+    idx = torch.randperm(len(visits))[:8]
+    return model(X[idx], keep[idx])
+"""
+
+
+def test_a_numpy_length_test_made_a_tensor_keeps_its_axes(found: Found) -> None:
+    # (reported at the call that hands the layer the (batch, seq) mask, as for a torch one)
+    use = line_of(NUMPY_LENGTH_TEST_AS_ATTN_MASK, "return model(X[idx], keep[idx])")
+    assert found(NUMPY_LENGTH_TEST_AS_ATTN_MASK) == [(use, "MC515")]
+    by_position = NUMPY_LENGTH_TEST_AS_ATTN_MASK.replace("keep[idx]", "keep[:8]")
+    assert found(by_position) == [(use, "MC515")]
+    # (a bool index flattens the rows it picks: no (batch, seq) mask any more)
+    by_bool = NUMPY_LENGTH_TEST_AS_ATTN_MASK.replace(
+        "idx = torch.randperm(len(visits))[:8]", "idx = keep.any(-1)")
+    assert by_bool != NUMPY_LENGTH_TEST_AS_ATTN_MASK and found(by_bool) == []
+    fixed = NUMPY_LENGTH_TEST_AS_ATTN_MASK.replace("sdpa(q, k, v, keep)",
+                                                   "sdpa(q, k, v, keep[:, None, None, :])")
+    assert found(fixed) == []
+
+
+# Held-out 53's GDP nowcast: one bool array per vintage (np.zeros(..., dtype=bool) filled
+# element by element) appended to a list, stacked, returned in a tuple and added to the
+# scores in a closure (MC509: True adds 1.0, nothing is masked).
+APPENDED_BOOL_ROWS = """\
+import numpy as np
+import torch
+
+
+def build(vintages, n_series):
+    X, avail = [], []
+    for vintage in vintages:
+        released = np.zeros(n_series, dtype=bool)
+        for j in range(n_series):
+            released[j] = vintage[j] > 0
+        X.append(np.asarray(vintage, dtype=np.float32))
+        avail.append(released)
+    return torch.from_numpy(np.stack(X)), torch.from_numpy(np.stack(avail))
+
+
+def fit(vintages, n_series, W):
+    X, released_all = build(vintages, n_series)
+
+    def attend(h, released):
+        scores = h @ W @ h.transpose(-1, -2)
+        scores = scores + released[:, None, :]
+        return torch.softmax(scores, dim=-1) @ h
+
+    return attend(X[..., None].expand(-1, -1, W.shape[0]), released_all)
+"""
+
+
+def test_a_list_of_appended_bool_rows_stacks_to_a_bool_mask(found: Found) -> None:
+    use = line_of(APPENDED_BOOL_ROWS, "scores = scores + released[:, None, :]")
+    assert found(APPENDED_BOOL_ROWS) == [(use, "MC509")]
+    fixed = APPENDED_BOOL_ROWS.replace(
+        "scores + released[:, None, :]",
+        "scores.masked_fill(~released[:, None, :], float('-inf'))")
+    assert found(fixed) == []
+
+
+def test_a_list_appended_with_other_dtypes_has_no_dtype(found: Found) -> None:
+    mixed = APPENDED_BOOL_ROWS.replace(
+        "        avail.append(released)\n",
+        "        avail.append(released)\n        avail.append(np.ones(n_series))\n")
+    assert mixed != APPENDED_BOOL_ROWS and found(mixed) == []
+    extended = APPENDED_BOOL_ROWS.replace(
+        "        avail.append(released)\n",
+        "        avail.append(released)\n        avail.extend(other_rows)\n")
+    assert extended != APPENDED_BOOL_ROWS and found(extended) == []
+
+
+def test_adding_a_stacked_bool_mask_to_scores_adds_one() -> None:
+    rows = [np.array([True, False, True]), np.array([True, True, False])]
+    released = torch.from_numpy(np.stack(rows))
+    assert released.dtype == torch.bool
+    scores = torch.zeros(2, 3, 3)
+    added = scores + released[:, None, :]
+    assert added.dtype == torch.float32
+    assert torch.equal(added[0, 0], torch.tensor([1.0, 0.0, 1.0]))  # the hidden key keeps 0
+
+
+# fresh41's nnsvs (DiffSinger's fairseq-style attention): a fill under `if mask is not None:`
+# where every call of the file leaves the mask out, directly or through a caller's own
+# never-given parameter, never runs in this file.
+FILL_NO_CALL_REACHES = """\
+import torch
+import torch.nn as nn
+
+
+class Attention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x, key_padding_mask=None, constraint_mask=None):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        s = q @ k.transpose(-1, -2)
+        if constraint_mask is not None:
+            s = s.masked_fill(constraint_mask[:, None, :], -1e9)
+        if key_padding_mask is not None:
+            s = s.masked_fill(key_padding_mask[:, None, :], -1e9)
+        return s.softmax(-1) @ v
+
+
+class Layer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.attn = Attention(d)
+
+    def forward(self, x, padding_mask=None, constraint_mask=None):
+        return x + self.attn(x, key_padding_mask=padding_mask, constraint_mask=constraint_mask)
+
+
+class Encoder(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.layer = Layer(d)
+
+    def forward(self, x, lengths):
+        padding_mask = torch.arange(x.size(1))[None, :] >= lengths[:, None]
+        with torch.autocast("cuda", dtype=torch.float16):
+            return self.layer(x, padding_mask)
+"""
+
+
+def test_a_fill_no_call_of_the_file_reaches_is_not_reported(found: Found) -> None:
+    padding_fill = line_of(FILL_NO_CALL_REACHES,
+                           "s = s.masked_fill(key_padding_mask[:, None, :], -1e9)")
+    assert found(FILL_NO_CALL_REACHES) == [(padding_fill, "MC501")]
+    given = FILL_NO_CALL_REACHES.replace(
+        "return self.layer(x, padding_mask)",
+        "return self.layer(x, padding_mask, constraint_mask=padding_mask)")
+    constraint_fill = line_of(FILL_NO_CALL_REACHES,
+                              "s = s.masked_fill(constraint_mask[:, None, :], -1e9)")
+    assert given != FILL_NO_CALL_REACHES
+    assert found(given) == [(constraint_fill, "MC501"), (padding_fill, "MC501")]
+    # a class no call of the file reaches is checked whole (its users are elsewhere)
+    unused = FILL_NO_CALL_REACHES.replace("self.layer = Layer(d)", "self.layer = None")
+    assert sorted(found(unused)) == [(constraint_fill, "MC501"), (padding_fill, "MC501")]
+
+
+def test_a_large_negative_fill_raises_on_float16_scores() -> None:
+    scores = torch.zeros(1, 3, dtype=torch.float16)
+    hidden = torch.tensor([[False, False, True]])
+    try:
+        scores.masked_fill(hidden, -1e9)
+    except RuntimeError as error:
+        assert "overflow" in str(error)
+    else:
+        raise AssertionError("masked_fill(-1e9) on float16 did not raise")
