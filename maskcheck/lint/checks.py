@@ -2057,8 +2057,8 @@ class Linter:
             ref = (key, param)
             if ref not in none_memo:
                 none_memo[ref] = False  # (a cycle gives no answer)
-                signature = self.defs.get(key)
-                none_memo[ref] = bool(signature) and len(signature or ()) == 1 and _never_given(
+                signature = self.defs.get(key) or []
+                none_memo[ref] = len(signature) == 1 and _never_given(
                     signature[0], calls.get(key, []), param,
                     lambda origin: never_given((origin[0], origin[1]), origin[2]))
             return none_memo[ref]

@@ -170,6 +170,7 @@ def _whole_second_walk(tree: ast.Module, source: str) -> list[Hit]:
             linter.declare_classes(*declared)
             linter.seeds = seeds
             linter.padding_given = first.padding_given
+            linter.never_given = first.never_given
             linter.use_site = use_site
             linter.option_defaults = first.option_defaults
             linter.record_calls = walk == 0
@@ -200,7 +201,8 @@ def test_every_linter_attribute_is_classified() -> None:
     (`_CARRIED`), shared as a cache (`_SHARED`), or be one of those below; otherwise the second
     walk may start a statement from a state that lacks it."""
     fixed = {"enabled", "source", "test_module", "displays", "fp32_only", "record_calls",
-             "seeds", "calls_to", "option_defaults", "use_site", "padding_given"}
+             "seeds", "calls_to", "option_defaults", "use_site", "padding_given",
+             "never_given"}
     output = {"hits", "param_hits", "walked_hits", "scopes"}
     recorded = {"defs", "calls", "role_params", "role_kinds", "entry_values", "checkpoints",
                 "offset_flags", "_method_roles", "_method_values", "_function_roles",
