@@ -1614,6 +1614,11 @@ class Linter:
                 scope.values[arg.arg] = UNKNOWN  # shadows outer names
                 if self._torch_mha(arg.annotation):  # `layer: nn.MultiheadAttention`
                     scope.values[arg.arg] = Value(mha=True)
+                elif (jax_dtype := _jaxtyping_dtype(arg.annotation)) in {"bool", "int"}:
+                    # `pad: Bool[Tensor, "b s"]`: jaxtyping's dtype, which its runtime check
+                    # (jaxtyped with a type checker) enforces, unlike a BoolTensor hint
+                    scope.values[arg.arg] = Value(dtype=jax_dtype, tensor=True,
+                                                  layout=_jaxtyping_layout(arg.annotation))
                 elif _annotated_tensor(arg.annotation):  # `src: torch.Tensor`
                     scope.values[arg.arg] = TENSOR
                 elif _annotated_bool(arg.annotation):  # `mask: Optional[torch.BoolTensor]`
@@ -2440,6 +2445,10 @@ class Linter:
                 # return is what is wrong, not the cast
                 returned = replace(returned, floated_at=site(node))
             self.scope.returns.append(returned)
+            if isinstance(node.value, ast.Call) and (
+                    handed := self._returned_parts(node.value)):
+                # `return prepare_data(...)` (a named lambda's body): the tuple that returns
+                self.scope.tuple_returns.append(handed)
             if isinstance(node.value, ast.Tuple):
                 self.scope.tuple_returns.append(tuple(self.value(e) for e in node.value.elts))
                 for element in node.value.elts:
@@ -7790,6 +7799,25 @@ def _jaxtyping_dtype(annotation: ast.expr | None) -> str | None:
     if not (isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple)):
         return None
     return _JAXTYPING_DTYPES.get((_annotation_name(annotation.value) or "").split(".")[-1])
+
+
+def _jaxtyping_layout(annotation: ast.expr | None) -> str | None:
+    """"BS" for a jaxtyping annotation of two axes whose first is the batch's (`Bool[Tensor,
+    "b n"]`, `"batch seq"`): the (batch, sequence) axes of a padding mask, as stated."""
+    annotation = _unwrap_optional(annotation)
+    if not (isinstance(annotation, ast.Subscript) and isinstance(annotation.slice, ast.Tuple)
+            and len(annotation.slice.elts) == 2):
+        return None
+    shape = annotation.slice.elts[1]
+    if not (isinstance(shape, ast.Constant) and isinstance(shape.value, str)):
+        return None
+    axes = shape.value.split()
+    return "BS" if len(axes) == 2 and axes[0] in _BATCH_AXIS_NAMES and (
+        axes[1] not in _BATCH_AXIS_NAMES) and axes[0] != axes[1] else None
+
+
+# The names jaxtyping annotations give a batch axis.
+_BATCH_AXIS_NAMES = frozenset({"b", "B", "batch", "bsz", "batch_size", "bs"})
 
 
 def _annotated_bool(annotation: ast.expr | None) -> bool:

@@ -665,7 +665,8 @@ def _array_mask(value: Value) -> Value | None:
     if value.if_tensor is not None:
         value = value.if_tensor
     if (value.zeros and not value.pad_keep) or not (
-            value.dtype == "bool" or value.tri or value.zero_one or value.all_ones
+            value.dtype == "bool" or value.tri or value.zero_one or value.float01
+            or value.all_ones
             or value.additive or value.pad_keep or value.hf_keep or value.hf_keep_inverted
             or value.keep_mask):
         # (an array of zeros is a buffer filled later, `src[i, :k] = elems`: not a mask)

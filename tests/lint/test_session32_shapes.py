@@ -319,3 +319,74 @@ def test_a_large_negative_fill_raises_on_float16_scores() -> None:
         assert "overflow" in str(error)
     else:
         raise AssertionError("masked_fill(-1e9) on float16 did not raise")
+
+
+# Held-out 56's typed modules: jaxtyping annotations state a mask's dtype and axes
+# (`Bool[Tensor, "b s"]`): a bool mask added to the scores (MC509), a (batch, seq) mask handed
+# to SDPA as its attn_mask (MC515).
+JAXTYPED_MASKS = """\
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, pad: Bool[Tensor, "b s"]) -> Tensor:
+    scores = q @ k.transpose(-2, -1)
+    scores = scores + pad[:, None, None, :]
+    return scores.softmax(dim=-1) @ v
+
+
+def node_attention(x: Float[Tensor, "b h n d"], node_keep: Bool[Tensor, "b n"]) -> Tensor:
+    return F.scaled_dot_product_attention(x, x, x, node_keep)
+"""
+
+
+def test_jaxtyping_annotations_give_a_mask_its_dtype_and_axes(found: Found) -> None:
+    added = line_of(JAXTYPED_MASKS, "scores = scores + pad[:, None, None, :]")
+    handed = line_of(JAXTYPED_MASKS, "F.scaled_dot_product_attention(x, x, x, node_keep)")
+    assert found(JAXTYPED_MASKS) == [(added, "MC509"), (handed, "MC515")]
+    fixed = JAXTYPED_MASKS.replace(
+        "scores + pad[:, None, None, :]",
+        'scores.masked_fill(pad[:, None, None, :], float("-inf"))').replace(
+        "x, x, x, node_keep)", "x, x, x, node_keep[:, None, None, :])")
+    assert found(fixed) == []
+    # a float annotation, or axes that are not (batch, seq), say nothing of the kind
+    other = JAXTYPED_MASKS.replace('Bool[Tensor, "b s"]', 'Float[Tensor, "b s"]').replace(
+        'Bool[Tensor, "b n"]', 'Bool[Tensor, "n m"]')
+    assert found(other) == []
+
+
+# Held-out 54's ESIM (Theano's dl4mt conventions): numpy float32 zeros with 1.0 written at
+# the real words, made tensors, returned in a tuple through a named lambda; the helper adds
+# the float 0/1 mask to the scores.
+NUMPY_ZERO_ONE_THROUGH_LAMBDA = """\
+import numpy
+import torch
+
+
+def prepare_data(seqs):
+    lengths = [len(s) for s in seqs]
+    x = numpy.zeros((max(lengths), len(seqs))).astype("int64")
+    x_mask = numpy.zeros((max(lengths), len(seqs))).astype("float32")
+    for idx, s in enumerate(seqs):
+        x[:lengths[idx], idx] = s
+        x_mask[:lengths[idx], idx] = 1.0
+    return torch.from_numpy(x), torch.from_numpy(x_mask)
+
+
+def attend(h, seqs):
+    encode = lambda pairs: prepare_data(pairs)
+    x, x_mask = encode(seqs)
+    scores = h @ h.transpose(-1, -2)
+    return torch.softmax(scores + x_mask.T[:, None, :], dim=-1)
+"""
+
+
+def test_a_numpy_zero_one_mask_keeps_its_values_through_a_named_lambda(found: Found) -> None:
+    added = line_of(NUMPY_ZERO_ONE_THROUGH_LAMBDA, "torch.softmax(scores + x_mask.T")
+    assert found(NUMPY_ZERO_ONE_THROUGH_LAMBDA) == [(added, "MC508")]
+    fixed = NUMPY_ZERO_ONE_THROUGH_LAMBDA.replace(
+        "scores + x_mask.T[:, None, :]",
+        "scores.masked_fill(x_mask.T[:, None, :] == 0, float('-inf'))")
+    assert found(fixed) == []
