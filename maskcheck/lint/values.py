@@ -1883,7 +1883,9 @@ def _describe_factory(
             held := _array_mask(describe(call.args[0], lookup))) is not None:
         # `torch.from_numpy(np.tril(np.ones((n, n), dtype=bool), k=-1))`, `torch.as_tensor(
         # keep)` of a numpy mask: the same values, and the same dtype unless one is given
-        return replace(held, tensor=True, dtype=dtype_kw or held.dtype)
+        # (`dtype=ids.dtype`, not known here: not the array's)
+        given = kwarg(call, "dtype") is not None
+        return replace(held, tensor=True, dtype=dtype_kw if given else held.dtype)
     if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
                 "FloatTensor"} and call.args:
         # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that

@@ -390,3 +390,35 @@ def test_a_numpy_zero_one_mask_keeps_its_values_through_a_named_lambda(found: Fo
         "scores + x_mask.T[:, None, :]",
         "scores.masked_fill(x_mask.T[:, None, :] == 0, float('-inf'))")
     assert found(fixed) == []
+
+
+# fresh41's first run of this session's engine on pykeen's tests: a comparison made a tensor
+# with `dtype=` another tensor's dtype is no bool tensor any more.
+CAST_COMPARISON = """\
+import torch
+
+
+def shapes(max_shape, n_dim, generator):
+    mask = torch.as_tensor(torch.rand(size=(n_dim,), generator=generator) < 0.3)
+    return max_shape * mask + (1 - mask)
+"""
+
+
+def test_a_comparison_made_a_tensor_is_bool_unless_a_dtype_is_given(found: Found) -> None:
+    subtracted = line_of(CAST_COMPARISON, "return max_shape * mask + (1 - mask)")
+    assert found(CAST_COMPARISON) == [(subtracted, "MC512")]
+    cast = CAST_COMPARISON.replace("< 0.3)", "< 0.3, dtype=max_shape.dtype)")
+    assert cast != CAST_COMPARISON and found(cast) == []
+
+
+def test_subtracting_a_bool_tensor_from_one_raises() -> None:
+    mask = torch.as_tensor(torch.rand(4) < 0.3)
+    assert mask.dtype == torch.bool
+    try:
+        _ = 1 - mask
+    except RuntimeError as error:
+        assert "bool" in str(error)
+    else:
+        raise AssertionError("1 - bool tensor did not raise")
+    as_long = torch.as_tensor(torch.rand(4) < 0.3, dtype=torch.long)
+    assert torch.equal(1 - (1 - as_long), as_long)
