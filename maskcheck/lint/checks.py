@@ -1707,6 +1707,10 @@ class Linter:
                     scope.values[param] = replace(seed, tensor=True)
                 elif held == BOOL_ANNOTATED:
                     scope.values[param] = replace(seed, annotated01=True)
+                elif held is not None and held.param_roles and not held.module and seed.module:
+                    # `def train(model, rng)` read as the file's model (its roles): every call
+                    # passes an instance of that class, whose forward the calls of it call
+                    scope.values[param] = replace(held, module=seed.module)
 
     def _note_option(self, call: ast.Call) -> None:
         """`parser.add_argument("--mask-value", type=float, default=-1e9)`: the default's facts
@@ -2119,9 +2123,11 @@ class Linter:
                     elif kinds <= _KEY_PADDING_ROLES and ((_tokenizer_pair(
                             names, param, UNKNOWN) and seed(key, param).dtype == "int") or (
                             seed(key, param).collated and seed(key, param).dtype in {
-                                None, "int"})):
+                                None, "int"}) or (seed(key, param).dtype == "int" and (
+                                seed(key, param).pad_keep or seed(key, param).hf_keep))):
                         # handed on to a key padding mask, and every call gives the tokenizer's
-                        # int64 mask (or a batch's `attention_mask`, the collator's): its dtype
+                        # int64 mask (or a batch's `attention_mask`, the collator's, or an int64
+                        # keep-mask the file writes, `keep[i, :n] = 1`): its dtype
                         # is read at a `~` in the body (mContriever's pooling, MC518), the
                         # convention at the calls
                         int_only = True
@@ -2144,7 +2150,10 @@ class Linter:
                         bool_only = True
                 facts = seed(key, param)
                 if int_only:
-                    facts = _INT_ONLY
+                    # (an int64 keep-mask every call gives stays one under any name: `~` of it
+                    # is MC518 whatever the parameter is called)
+                    facts = Value(dtype="int", int_mask=True) if (
+                        facts.dtype == "int" and (facts.pad_keep or facts.hf_keep)) else _INT_ONLY
                 elif bool_only:
                     facts = Value(dtype="bool") if facts.dtype == "bool" else UNKNOWN
                 elif pair_only:

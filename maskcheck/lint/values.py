@@ -2193,8 +2193,9 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         # int8, `.short()` int16: integer casts like `.long()`
         base_node = receiver(call)
         masked = base_node is not None and _names_mask(base_node)
-        return replace(base, dtype="int", zero_one=False, int_mask=masked or base.hf_keep,
-                       float01=False)
+        # (a bool made int holds 0s and 1s: `(ids != PAD).long()` under any name)
+        return replace(base, dtype="int", zero_one=base.dtype == "bool",
+                       int_mask=masked or base.hf_keep, float01=False)
     if name == "astype" and call.args and (dtype := dtype_of(call.args[0])) is not None:
         # numpy's cast: `(dist > window).astype(np.float32)`, `keep.astype(bool)`
         return _retyped(base, dtype)

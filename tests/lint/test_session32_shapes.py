@@ -422,3 +422,84 @@ def test_subtracting_a_bool_tensor_from_one_raises() -> None:
         raise AssertionError("1 - bool tensor did not raise")
     as_long = torch.as_tensor(torch.rand(4) < 0.3, dtype=torch.long)
     assert torch.equal(1 - (1 - as_long), as_long)
+
+
+# Held-out 55 (groups that name things in their own language): a comparison made int64 holds
+# 0s and 1s under any name (`mascara`), multiplied into the logits (MC520) ...
+INT_MASK_MULTIPLIED = """\
+import torch
+
+
+def rellenar(secuencias, relleno):
+    n = max(len(s) for s in secuencias)
+    ids = torch.tensor([s + [relleno] * (n - len(s)) for s in secuencias])
+    return ids, (ids != relleno).long()
+
+
+def atender(consulta, claves, secuencias):
+    ids, mascara = rellenar(secuencias, 0)
+    puntuaciones = consulta @ claves.transpose(1, 2)
+    puntuaciones = puntuaciones * mascara[:, None, :]
+    return torch.softmax(puntuaciones, dim=-1) @ claves
+"""
+
+
+def test_a_comparison_made_int64_is_a_zero_one_mask_under_any_name(found: Found) -> None:
+    product = line_of(INT_MASK_MULTIPLIED, "puntuaciones = puntuaciones * mascara")
+    assert found(INT_MASK_MULTIPLIED) == [(product, "MC520")]
+    fixed = INT_MASK_MULTIPLIED.replace(
+        "puntuaciones * mascara[:, None, :]",
+        "puntuaciones.masked_fill(mascara[:, None, :] == 0, float('-inf'))")
+    assert found(fixed) == []
+
+
+# ... and an int64 keep-mask a collate function writes (`yuhyo[i, :n] = 1`), handed by a
+# training function that takes the file's model as `model`, is inverted with `~` (MC518).
+INT_KEEP_MASK_THROUGH_TRAIN_FUNCTION = """\
+import torch
+import torch.nn as nn
+
+
+def rogeu_collate(mukkeum):
+    b, t = len(mukkeum), max(len(r) for r in mukkeum)
+    x = torch.zeros(b, t, 4)
+    yuhyo = torch.zeros(b, t, dtype=torch.long)
+    for i, rogeu in enumerate(mukkeum):
+        x[i, : len(rogeu)] = torch.tensor(rogeu)
+        yuhyo[i, : len(rogeu)] = 1
+    return {"x": x, "yuhyo": yuhyo}
+
+
+class SukseongModel(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ipryeok = nn.Linear(4, d)
+        layer = nn.TransformerEncoderLayer(d, 2, 2 * d, batch_first=True)
+        self.inkoding = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, x, yuhyo):
+        garim = (~yuhyo).bool()
+        return self.inkoding(self.ipryeok(x), src_key_padding_mask=garim)
+
+
+def hakseup(model, logs):
+    mukkeum = rogeu_collate(logs)
+    return model(mukkeum["x"], mukkeum["yuhyo"]).mean()
+
+
+def main(logs):
+    return hakseup(SukseongModel(8), logs)
+"""
+
+
+def test_an_int64_keep_mask_handed_through_a_train_function_is_inverted(found: Found) -> None:
+    inverted = line_of(INT_KEEP_MASK_THROUGH_TRAIN_FUNCTION, "garim = (~yuhyo).bool()")
+    assert found(INT_KEEP_MASK_THROUGH_TRAIN_FUNCTION) == [(inverted, "MC518")]
+    fixed = INT_KEEP_MASK_THROUGH_TRAIN_FUNCTION.replace("(~yuhyo).bool()", "yuhyo == 0")
+    assert found(fixed) == []
+
+
+def test_inverting_an_int64_keep_mask_hides_nothing() -> None:
+    yuhyo = torch.tensor([[1, 1, 0]])
+    assert (~yuhyo).bool().all()  # ~1 = -2 and ~0 = -1: every position reads as padding
+    assert torch.equal(yuhyo == 0, torch.tensor([[False, False, True]]))
