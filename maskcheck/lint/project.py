@@ -97,6 +97,22 @@ def _half_binding(name: str) -> re.Pattern[str]:
                       re.MULTILINE)
 
 
+# `.to(CONFIG["precision"])`, `.to(dtype=cfg['dtype'])`: the key a cast reads its dtype from.
+_CAST_TO_KEY = re.compile(
+    r"\.to\(\s*(?:dtype\s*=\s*)?[A-Za-z_][\w.]*\[\s*['\"](\w+)['\"]\s*\]\s*\)")
+
+
+def _bound_from_key(name: str) -> re.Pattern[str]:
+    """`name = CONFIG["key"]` as a statement: the key."""
+    return re.compile(
+        rf"^[ \t]*{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\[\s*['\"](\w+)['\"]\s*\]", re.MULTILINE)
+
+
+def _half_entry(key: str) -> re.Pattern[str]:
+    """`"key": torch.bfloat16`: a dict literal's entry of a half dtype."""
+    return re.compile(rf"['\"]{re.escape(key)}['\"]\s*:\s*\w+\.(?:float16|half|bfloat16)\b")
+
+
 def casts_half(source: str) -> bool:
     """Whether a source casts a model or tensor to a half dtype itself (`HALF_CAST`,
     `.to(dtype)` of a name bound to one in the source, `.to(getattr(torch, name))` in a source
@@ -110,6 +126,12 @@ def casts_half(source: str) -> bool:
     for name in {m.group(1) for m in _CAST_TO_NAME.finditer(source)}:
         if _half_binding(name).search(source):
             return True
+        for key in {m.group(1) for m in _bound_from_key(name).finditer(source)}:
+            if _half_entry(key).search(source):
+                return True  # `dtype = CONFIG["precision"]` of `"precision": torch.bfloat16`
+    for key in {m.group(1) for m in _CAST_TO_KEY.finditer(source)}:
+        if _half_entry(key).search(source):
+            return True  # `.to(CONFIG["precision"])`
     if _CAST_TO_NAMED.search(source) and _HALF_NAME.search(source):
         return True
     for match in _AUTOCAST_CALL.finditer(source):

@@ -503,3 +503,53 @@ def test_inverting_an_int64_keep_mask_hides_nothing() -> None:
     yuhyo = torch.tensor([[1, 1, 0]])
     assert (~yuhyo).bool().all()  # ~1 = -2 and ~0 = -1: every position reads as padding
     assert torch.equal(yuhyo == 0, torch.tensor([[False, False, True]]))
+
+
+# Held-out 55's oyster-farm model: a config dict names the inference dtype
+# (`"precision_inference": torch.bfloat16`) and a copy of the model is cast with it; the float32
+# minimum a module constant holds then fills bfloat16 scores (MC517).
+CONFIG_DICT_HALF_CAST = """\
+import copy
+
+import torch
+import torch.nn as nn
+
+PARAMETRES = {"dim": 16, "precision_inference": torch.bfloat16}
+VALEUR_MASQUEE = torch.finfo(torch.float32).min
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, masque):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(~masque[:, None, :], VALEUR_MASQUEE)
+        return scores.softmax(dim=-1) @ v
+
+
+def inference(modele, x, masque):
+    dtype = PARAMETRES["precision_inference"]
+    copie = copy.deepcopy(modele).to(dtype).eval()
+    return copie(x.to(dtype), masque)
+"""
+
+
+def test_a_cast_to_a_config_dicts_half_dtype_is_a_half_cast(found: Found) -> None:
+    fill = line_of(CONFIG_DICT_HALF_CAST, "scores.masked_fill(~masque[:, None, :], VALEUR")
+    assert found(CONFIG_DICT_HALF_CAST) == [(fill, "MC517")]
+    full = CONFIG_DICT_HALF_CAST.replace('"precision_inference": torch.bfloat16',
+                                         '"precision_inference": torch.float32')
+    assert full != CONFIG_DICT_HALF_CAST and found(full) == []
+
+
+def test_the_float32_minimum_does_not_fit_bfloat16() -> None:
+    scores = torch.zeros(1, 2, dtype=torch.bfloat16)
+    try:
+        scores.masked_fill(torch.tensor([[False, True]]), torch.finfo(torch.float32).min)
+    except RuntimeError as error:
+        assert "overflow" in str(error)
+    else:
+        raise AssertionError("the float32 minimum fit in bfloat16")
