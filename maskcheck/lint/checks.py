@@ -6152,7 +6152,20 @@ class Linter:
                                                                       "masked_fill_"}:
             return False
         target = _fill_target(fill)[0]
-        return target is not None and _is_score_name(target)
+        if target is None:
+            return False
+        if _is_score_name(target):
+            return True
+        # ... or by its use: a name the function that fills it hands to softmax (`skor`,
+        # `puntuaciones`: scores under another language's word)
+        around: ast.AST | None = fill
+        while around is not None and not isinstance(around, _FUNCTION_NODES):
+            around = parents.get(id(around))
+        if not isinstance(target, ast.Name) or around is None:
+            return False
+        if self._softmax_inputs is None:
+            self._softmax_inputs = _softmax_inputs_by_scope(self._tree, self.source)
+        return target.id in self._softmax_inputs.get(id(around), frozenset())
 
     def _padding_mask_read_as_keep(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A padding mask the file proves (True = padding: `arange(n)[None] >= lengths[:, None]`,

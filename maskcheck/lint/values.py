@@ -188,6 +188,11 @@ class Value:
     last_position: bool = False
     # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
     bound: tuple[ast.keyword, ...] = ()
+    # Token ids (or any integer sequences) padded with this value, by how the tensor was made:
+    # `torch.full((b, n), PAD_ID, dtype=torch.long)` filled row by row, or `torch.tensor([s +
+    # [PAD] * (n - len(s)) for s in seqs])`: the text of the value, so that `ids != PAD` is a
+    # padding test under any name (a group's own word for padding, `DOLGU`, `RELLENO`).
+    padded_with: str | None = None
     # A Python list or tuple whose every element is a tensor of this one dtype
     # (`[torch.ones(n) for n in lengths]`, or `masks = []` and then only `masks.append(m)` of
     # such tensors): what torch.cat/stack/pad_sequence of it hold. "" for an empty list no
@@ -1135,6 +1140,25 @@ def _describe_receiver(node: ast.AST, method: str, lookup: Lookup) -> Value:
     return described
 
 
+def _list_padding(node: ast.AST) -> str | None:
+    """The value a comprehension pads each sequence with (`[s + [PAD] * (n - len(s)) for s in
+    seqs]`, also `[PAD] * k + s` for left padding), by its text; None otherwise."""
+    if not isinstance(node, ast.ListComp) or not isinstance(node.elt, ast.BinOp) or not (
+            isinstance(node.elt.op, ast.Add)):
+        return None
+    for side, rest in ((node.elt.right, node.elt.left), (node.elt.left, node.elt.right)):
+        if not isinstance(rest, (ast.Name, ast.Subscript, ast.Call, ast.Attribute)):
+            continue  # (`[1] * len(r) + [0] * (n - len(r))` is a keep-mask, not padded ids)
+        if isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult):
+            for repeated in (side.left, side.right):
+                if isinstance(repeated, ast.List) and len(repeated.elts) == 1 and isinstance(
+                        repeated.elts[0], (ast.Name, ast.Attribute, ast.Constant)) and not (
+                        isinstance(repeated.elts[0], ast.Constant)
+                        and not isinstance(repeated.elts[0].value, int)):
+                    return ast.unparse(repeated.elts[0])
+    return None
+
+
 def _is_pad_test(left: ast.AST, right: ast.AST) -> bool:
     """`input_ids == pad_token_id`, `ids.eq(PAD)`, `input_ids == 0`: True at padding (a token id
     compared with 0 is a padding test whatever the real pad id: the author took 0 for it)."""
@@ -1304,7 +1328,8 @@ def _compared(lv: Value, op: ast.cmpop, right: ast.AST, left: ast.AST) -> Value:
         out = replace(out, layout=_batch_by_sequence(left, right))
         return replace(out, hf_keep_inverted=True) if past_length else replace(out, pad_keep=True)
     layout = _batch_by_sequence(left, right) if lv.layout is None else lv.layout
-    if _is_pad_test(left, right) or (lv.token_ids and number(right) == 0):
+    if _is_pad_test(left, right) or (lv.token_ids and number(right) == 0) or (
+            lv.padded_with is not None and ast.unparse(right) == lv.padded_with):
         if isinstance(op, ast.Eq):
             return replace(out, hf_keep_inverted=True, layout=layout)
         if isinstance(op, ast.NotEq) or (isinstance(op, ast.Gt) and number(right) == 0):
@@ -1886,6 +1911,10 @@ def _describe_factory(
         # (`dtype=ids.dtype`, not known here: not the array's)
         given = kwarg(call, "dtype") is not None
         return replace(held, tensor=True, dtype=dtype_kw if given else held.dtype)
+    if name in {"tensor", "as_tensor", "LongTensor"} and call.args and (
+            padded := _list_padding(call.args[0])) is not None:
+        # `torch.tensor([s + [PAD] * (n - len(s)) for s in seqs])`: ids padded with PAD
+        return Value(tensor=True, dtype=dtype_kw, padded_with=padded)
     if name in {"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "BoolTensor",
                 "FloatTensor"} and call.args:
         # `src = torch.tensor(self._pad(pre_src, 0))`: a tensor, whatever it holds, so that
@@ -1899,8 +1928,10 @@ def _describe_factory(
             return Value(dtype="bool")
         dtype = dtype_kw or ("fp32" if name == "full" and no_dtype
                              and number(fill, lookup) is not None else None)
+        padded = ast.unparse(fill) if dtype == "int" and name == "full" and isinstance(
+            fill, (ast.Name, ast.Attribute, ast.Constant)) else None
         return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
-                     finfo_min=is_finfo_min(fill, lookup))
+                     finfo_min=is_finfo_min(fill, lookup), padded_with=padded)
     if name in {"triu", "tril"}:
         matrix = argument(call, 0, "input")
         if matrix is None:

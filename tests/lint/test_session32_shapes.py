@@ -553,3 +553,76 @@ def test_the_float32_minimum_does_not_fit_bfloat16() -> None:
         assert "overflow" in str(error)
     else:
         raise AssertionError("the float32 minimum fit in bfloat16")
+
+
+# Held-out 55's makam model: ids padded with the group's own word for padding (`torch.full((b,
+# n), DOLGU)`, filled row by row), a keep test against it laid out on the query axis, handed
+# to a layer that fills its scores (`skor`, by their softmax) where the mask is 0 (MC514).
+PADDED_WITH_OWN_WORD = """\
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DOLGU = 0
+
+
+def toplu_hazirla(ornekler):
+    n = max(len(e) for e in ornekler)
+    perdeler = torch.full((len(ornekler), n), DOLGU, dtype=torch.long)
+    for i, e in enumerate(ornekler):
+        perdeler[i, : len(e)] = torch.tensor(e)
+    maske = (perdeler != DOLGU).unsqueeze(1).unsqueeze(3)
+    return perdeler, maske
+
+
+class DikkatKatmani(nn.Module):
+    def __init__(self, boyut):
+        super().__init__()
+        self.sorgu = nn.Linear(boyut, boyut)
+
+    def forward(self, x, maske):
+        q = self.sorgu(x)[:, None]
+        skor = q @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        skor = skor.masked_fill(maske == 0, torch.finfo(skor.dtype).min)
+        return F.softmax(skor, dim=-1) @ q
+
+
+def egit(ornekler):
+    model = DikkatKatmani(8)
+    perdeler, maske = toplu_hazirla(ornekler)
+    return model(perdeler.float()[..., None].expand(-1, -1, 8), maske)
+"""
+
+
+def test_ids_padded_with_a_named_value_give_a_padding_test(found: Found) -> None:
+    made = line_of(PADDED_WITH_OWN_WORD, "maske = (perdeler != DOLGU).unsqueeze(1).unsqueeze(3)")
+    assert found(PADDED_WITH_OWN_WORD) == [(made, "MC514")]
+    fixed = PADDED_WITH_OWN_WORD.replace(".unsqueeze(1).unsqueeze(3)", "[:, None, None, :]")
+    assert found(fixed) == []
+
+
+# The same by a comprehension that pads each list with the value (`s + [RELLENO] * (n -
+# len(s))`): a keep test against it is a (batch, seq) padding mask (MC515 as SDPA's attn_mask);
+# a list of 1s and 0s built the same way is a keep-mask, not padded ids.
+LIST_PADDED_IDS = """\
+import torch
+import torch.nn.functional as F
+
+RELLENO = 0
+
+
+def atender(q, k, v, secuencias):
+    n = max(len(s) for s in secuencias)
+    ids = torch.tensor([s + [RELLENO] * (n - len(s)) for s in secuencias])
+    mascara = ids != RELLENO
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mascara)
+"""
+
+
+def test_ids_padded_by_a_comprehension_give_a_padding_test(found: Found) -> None:
+    use = line_of(LIST_PADDED_IDS, "attn_mask=mascara)")
+    assert found(LIST_PADDED_IDS) == [(use, "MC515")]
+    fixed = LIST_PADDED_IDS.replace("attn_mask=mascara)", "attn_mask=mascara[:, None, None, :])")
+    assert found(fixed) == []
