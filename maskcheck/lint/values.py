@@ -1949,6 +1949,7 @@ def _describe_factory(
             # native-sparse-attention's `cat((sim, bsim))` of masked scores stays scores)
             return Value(finfo_min=True, additive=all(d.additive or d.zeros for d in described))
         if len(parts) >= 2 and any(_names_a_cache(p) or _names_memory(p) or d.cached
+                                   or _cached_key_entry(p)
                                    for p, d in zip(parts[:-1], described, strict=False)):
             return Value(cached=True)
         kept = _keep_mask_with_ones(parts, described, argument(call, 1, "dim"), lookup)
@@ -2131,6 +2132,13 @@ def names_a_cache(node: ast.AST) -> bool:
         _names_a_cache(node))
 
 
+def _cached_key_entry(node: ast.AST) -> bool:
+    """`huancun["k"]` joined before the new keys: the keys a dict keeps for the layer, under
+    any name of its own (a cache named in another language)."""
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+        node.slice.value in _CACHED_KEYS)
+
+
 def _names_a_cache(node: ast.AST) -> bool:
     while isinstance(node, ast.Subscript):  # `past[0]`, `past_key_value[0]`, `cache["k"]`
         node = node.value
@@ -2138,6 +2146,9 @@ def _names_a_cache(node: ast.AST) -> bool:
     return any(word in text for word in ("cache", "past", "prev"))
 
 
+# The string keys under which a dict keeps a layer's earlier keys and values.
+_CACHED_KEYS = frozenset({"k", "v", "key", "value", "keys", "values", "k_cache", "v_cache",
+                          "prev_k", "prev_v"})
 # Words of a name that hold a recurrent memory: Transformer-XL's `mems`, memory tokens
 # (`torch.cat([mem, x], dim=1)` before the keys: L != S, as a cache).
 _MEMORY_WORDS = frozenset({"mem", "mems", "memory", "memories"})

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from tests.lint.conftest import line_of
 
@@ -626,3 +627,36 @@ def test_ids_padded_by_a_comprehension_give_a_padding_test(found: Found) -> None
     assert found(LIST_PADDED_IDS) == [(use, "MC515")]
     fixed = LIST_PADDED_IDS.replace("attn_mask=mascara)", "attn_mask=mascara[:, None, None, :])")
     assert found(fixed) == []
+
+
+# Held-out 55's prescription generator: a KV cache kept in a dict under the group's own name
+# (`huancun["k"]`), joined before the new keys, then is_causal=True with L != S (MC510).
+DICT_KV_CACHE = """\
+import torch
+import torch.nn.functional as F
+
+
+def zhuyili(q, k, v, huancun=None):
+    if huancun is not None:
+        if "k" in huancun:
+            k = torch.cat([huancun["k"], k], dim=2)
+            v = torch.cat([huancun["v"], v], dim=2)
+        huancun["k"], huancun["v"] = k, v
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+"""
+
+
+def test_keys_joined_after_a_dicts_stored_keys_are_a_cache(found: Found) -> None:
+    use = line_of(DICT_KV_CACHE, "is_causal=True)")
+    assert found(DICT_KV_CACHE) == [(use, "MC510")]
+    # without the cache's keys joined, L == S and is_causal=True is right
+    uncached = DICT_KV_CACHE.replace('k = torch.cat([huancun["k"], k], dim=2)', "pass").replace(
+        'v = torch.cat([huancun["v"], v], dim=2)', "pass")
+    assert uncached != DICT_KV_CACHE and found(uncached) == []
+
+
+def test_is_causal_with_cached_keys_hides_the_cache_from_new_queries() -> None:
+    q = torch.randn(1, 1, 1, 4)
+    k = v = torch.randn(1, 1, 3, 4)
+    aligned = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(aligned, v[:, :, :1])  # top-left: the one query sees only key 0
