@@ -103,9 +103,10 @@ _CAST_TO_KEY = re.compile(
 
 
 def _bound_from_key(name: str) -> re.Pattern[str]:
-    """`name = CONFIG["key"]` as a statement: the key."""
+    """`name = CONFIG["key"]` (or `name: T = CONFIG["key"]`) as a statement: the key."""
     return re.compile(
-        rf"^[ \t]*{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\[\s*['\"](\w+)['\"]\s*\]", re.MULTILINE)
+        rf"^[ \t]*{re.escape(name)}\s*(?::[^=\n]+)?=\s*[A-Za-z_][\w.]*\[\s*['\"](\w+)['\"]\s*\]",
+        re.MULTILINE)
 
 
 def _half_entry(key: str) -> re.Pattern[str]:

@@ -541,6 +541,10 @@ def inference(modele, x, masque):
 def test_a_cast_to_a_config_dicts_half_dtype_is_a_half_cast(found: Found) -> None:
     fill = line_of(CONFIG_DICT_HALF_CAST, "scores.masked_fill(~masque[:, None, :], VALEUR")
     assert found(CONFIG_DICT_HALF_CAST) == [(fill, "MC517")]
+    annotated = CONFIG_DICT_HALF_CAST.replace(
+        'dtype = PARAMETRES["precision_inference"]',
+        'dtype: torch.dtype = PARAMETRES["precision_inference"]')
+    assert annotated != CONFIG_DICT_HALF_CAST and found(annotated) == [(fill, "MC517")]
     full = CONFIG_DICT_HALF_CAST.replace('"precision_inference": torch.bfloat16',
                                          '"precision_inference": torch.float32')
     assert full != CONFIG_DICT_HALF_CAST and found(full) == []
