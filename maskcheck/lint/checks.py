@@ -2296,7 +2296,10 @@ class Linter:
             self._roles_known = True
         if roles and done.in_class and self.scope.kind == "class" and done.name:
             self._method_roles[(self.scope.name, done.name)] = roles
-        elif roles and done.kind == "function" and done.name and self.scope.kind == "module":
+        elif roles and done.kind == "function" and done.name and self.scope.kind in {
+                "module", "function"}:
+            # (a function nested in another, as a whole file wrapped in a `def main():` holds
+            # its helpers: `_functions_called_above` takes only a name defined once)
             self._function_roles[done.name] = roles
         if roles and done.in_class and done.method and self.scope.kind == "class":
             # a method called as `self.name(...)` in the methods below: its calls are checked
@@ -8585,11 +8588,36 @@ def _functions_called_above(tree: ast.AST, function_roles: dict[str, tuple[_Role
     definition (a class calling a helper written at the bottom of the file), with their roles."""
     if not function_roles or not isinstance(tree, ast.Module):
         return {}
-    defined = {stmt.name: stmt.lineno for stmt in tree.body if isinstance(
-        stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in function_roles}
+    # at the top of the module or nested in a function (not a method), each name defined once
+    functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = list(_plain_functions(tree.body))
+    counts: dict[str, int] = {}
+    for stmt in functions:
+        counts[stmt.name] = counts.get(stmt.name, 0) + 1
+    defined = {stmt.name: stmt.lineno for stmt in functions
+               if stmt.name in function_roles and counts[stmt.name] == 1}
     return {call.func.id: function_roles[call.func.id] for call in subnodes(tree)
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
             and call.func.id in defined and call.lineno < defined[call.func.id]}
+
+
+def _plain_functions(body: list[ast.stmt]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions a block defines and those nested in them, at any depth of plain blocks
+    (`if`, `try`, `with`), also inside a method's body, never the methods themselves."""
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield stmt
+            yield from _plain_functions(stmt.body)
+        elif isinstance(stmt, ast.ClassDef):
+            for method in stmt.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield from _plain_functions(method.body)
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(stmt, name, None)
+                if isinstance(block, list):
+                    yield from _plain_functions([s for s in block if isinstance(s, ast.stmt)]
+                                                if name != "handlers" else [
+                                                    s for h in block for s in h.body])
 
 
 # Each class of a module (at any depth): its name, the line of each method of its body, and the

@@ -664,3 +664,38 @@ def test_is_causal_with_cached_keys_hides_the_cache_from_new_queries() -> None:
     k = v = torch.randn(1, 1, 3, 4)
     aligned = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.allclose(aligned, v[:, :, :1])  # top-left: the one query sees only key 0
+
+
+# Held-out 54's AlphaGeometry port, wrapped whole in a function (as the surroundings benchmark
+# does): the attention helper is defined below the layer that calls it, both nested in the
+# function; the bool causal keep-mask handed to its `bias` is added to the logits (MC509).
+HELPER_BELOW_ITS_CALLER = """\
+import torch
+import torch.nn as nn
+
+
+def main():
+    class Attention(nn.Module):
+        def forward(self, q, k, v):
+            t = q.shape[1]
+            keep = torch.tril(torch.ones(t, t, dtype=torch.bool))[None, None]
+            return dot_product_attention(q, k, v, keep)
+
+    def dot_product_attention(query, key, value, bias=None, mask=None):
+        logits = torch.einsum("BTNH,BSNH->BNTS", query, key)
+        if bias is not None:
+            logits = logits + bias
+        if mask is not None:
+            logits = torch.where(mask, logits, torch.finfo(logits.dtype).min)
+        return torch.einsum("BNTS,BSNH->BTNH", torch.softmax(logits, dim=-1), value)
+
+    return Attention()
+"""
+
+
+def test_a_nested_helper_below_its_caller_is_read_at_the_call(found: Found) -> None:
+    call = line_of(HELPER_BELOW_ITS_CALLER, "return dot_product_attention(q, k, v, keep)")
+    assert found(HELPER_BELOW_ITS_CALLER) == [(call, "MC509")]
+    fixed = HELPER_BELOW_ITS_CALLER.replace("dot_product_attention(q, k, v, keep)",
+                                            "dot_product_attention(q, k, v, mask=keep)")
+    assert found(fixed) == []
