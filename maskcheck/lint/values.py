@@ -1154,7 +1154,8 @@ def _list_padding(node: ast.AST) -> str | None:
                 if isinstance(repeated, ast.List) and len(repeated.elts) == 1 and isinstance(
                         repeated.elts[0], (ast.Name, ast.Attribute, ast.Constant)) and not (
                         isinstance(repeated.elts[0], ast.Constant)
-                        and not isinstance(repeated.elts[0].value, int)):
+                        and not isinstance(repeated.elts[0].value, int)) and (
+                        "mask" not in ast.unparse(repeated.elts[0]).lower()):
                     return ast.unparse(repeated.elts[0])
     return None
 
@@ -1928,8 +1929,13 @@ def _describe_factory(
             return Value(dtype="bool")
         dtype = dtype_kw or ("fp32" if name == "full" and no_dtype
                              and number(fill, lookup) is not None else None)
+        # (ids of (batch, seq) only, and not filled with a [MASK] id: MaskGIT-style decoding
+        # fills the canvas with `mask_id` and reads `ids != mask_id` as "decoded already")
+        size = call.args[0] if call.args else None
         padded = ast.unparse(fill) if dtype == "int" and name == "full" and isinstance(
-            fill, (ast.Name, ast.Attribute, ast.Constant)) else None
+            fill, (ast.Name, ast.Attribute, ast.Constant)) and isinstance(
+            size, (ast.Tuple, ast.List)) and len(size.elts) == 2 and (
+            "mask" not in ast.unparse(fill).lower()) else None
         return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
                      finfo_min=is_finfo_min(fill, lookup), padded_with=padded)
     if name in {"triu", "tril"}:

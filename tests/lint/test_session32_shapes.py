@@ -699,3 +699,24 @@ def test_a_nested_helper_below_its_caller_is_read_at_the_call(found: Found) -> N
     fixed = HELPER_BELOW_ITS_CALLER.replace("dot_product_attention(q, k, v, keep)",
                                             "dot_product_attention(q, k, v, mask=keep)")
     assert found(fixed) == []
+
+
+# fresh41-era first run of this session's engine on omnivoice: a MaskGIT-style canvas filled
+# with the [MASK] id (`torch.full(..., mask_id)`) is no padded batch: `ids != mask_id` means
+# "decoded already", and filling those scores with -inf before top-k is right.
+MASK_ID_CANVAS = """\
+import torch
+
+
+def decode_step(scores, b, n, mask_id, k):
+    tokens = torch.full((b, n), mask_id, dtype=torch.long)
+    scores = scores.masked_fill(tokens != mask_id, -float("inf"))
+    return torch.topk(scores.flatten(), k)
+"""
+
+
+def test_a_canvas_of_mask_ids_is_not_a_padded_batch(found: Found) -> None:
+    assert found(MASK_ID_CANVAS) == []
+    padded = MASK_ID_CANVAS.replace("mask_id", "fill_id")
+    fill = line_of(padded, "scores.masked_fill(tokens != fill_id")
+    assert found(padded) == [(fill, "MC519")]
