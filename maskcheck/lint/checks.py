@@ -2400,9 +2400,12 @@ class Linter:
                     constants.update({f"{stmt.target.id}.{key}": value
                                       for key, value in nested.items()})
             if constants:
-                constants = self._defaults_that_hold(done.node, constants)
-            if constants:
-                self._class_fields[done.name] = constants
+                node = done.node
+                # (which defaults hold is settled on the first read of one: most classes'
+                # fields are never read through an instance of this file, and the search for
+                # what sets them walks the whole module)
+                self._class_fields[done.name] = _Defaults(
+                    constants, lambda fields: self._defaults_that_hold(node, fields))
                 for key, value in constants.items():
                     if value.number is not None:  # `MaskValue.PAD` (see values.number)
                         self.bind(f"{done.name}.{key}", Value(number=value.number))
@@ -7331,6 +7334,55 @@ def _names_padding(param: str) -> bool:
 def _keeps(facts: Value) -> bool:
     """A keep-mask (True / 1 = may attend) by how it was made or named."""
     return (facts.hf_keep or facts.pad_keep or facts.keep_mask) and not facts.hf_keep_inverted
+
+
+class _Defaults(dict[str, Value]):
+    """A record's field defaults (`Linter._class_fields`), less those the file sets, which
+    `settle` removes on the first read (`Linter._defaults_that_hold`)."""
+
+    def __init__(self, fields: dict[str, Value],
+                 settle: Callable[[dict[str, Value]], dict[str, Value]]) -> None:
+        super().__init__(fields)
+        self._settle: Callable[[dict[str, Value]], dict[str, Value]] | None = settle
+
+    def _settled(self) -> None:
+        if self._settle is not None:
+            settle, self._settle = self._settle, None
+            kept = settle(dict(dict.items(self)))
+            for key in [key for key in dict.__iter__(self) if key not in kept]:
+                dict.__delitem__(self, key)
+
+    def __getitem__(self, key: str) -> Value:
+        self._settled()
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._settled()
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._settled()
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self._settled()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._settled()
+        return super().__len__()
+
+    def keys(self) -> Any:
+        self._settled()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._settled()
+        return super().values()
+
+    def items(self) -> Any:
+        self._settled()
+        return super().items()
 
 
 def _fields_set_outside(tree: ast.AST | None) -> tuple[dict[str, set[str]], frozenset[str]]:
