@@ -189,9 +189,10 @@ class Value:
     # `functools.partial(F.scaled_dot_product_attention, is_causal=True)`: the keywords it binds
     bound: tuple[ast.keyword, ...] = ()
     # Token ids (or any integer sequences) padded with this value, by how the tensor was made:
-    # `torch.full((b, n), PAD_ID, dtype=torch.long)` filled row by row, or `torch.tensor([s +
-    # [PAD] * (n - len(s)) for s in seqs])`: the text of the value, so that `ids != PAD` is a
-    # padding test under any name (a group's own word for padding, `DOLGU`, `RELLENO`).
+    # `torch.full((b, n), PAD_ID, dtype=torch.long)` (of two axes, the rows written later are
+    # not looked at), or `torch.tensor([s + [PAD] * (n - len(s)) for s in seqs])`: the text of
+    # the value, so that `ids != PAD` is a padding test under any name (a group's own word for
+    # padding, `DOLGU`, `RELLENO`); never a value that names a mask (a MaskGIT canvas).
     padded_with: str | None = None
     # A Python list or tuple whose every element is a tensor of this one dtype
     # (`[torch.ones(n) for n in lengths]`, or `masks = []` and then only `masks.append(m)` of
@@ -1154,9 +1155,10 @@ def _list_padding(node: ast.AST) -> str | None:
                 if isinstance(repeated, ast.List) and len(repeated.elts) == 1 and isinstance(
                         repeated.elts[0], (ast.Name, ast.Attribute, ast.Constant)) and not (
                         isinstance(repeated.elts[0], ast.Constant)
-                        and not isinstance(repeated.elts[0].value, int)) and (
-                        "mask" not in ast.unparse(repeated.elts[0]).lower()):
-                    return ast.unparse(repeated.elts[0])
+                        and not isinstance(repeated.elts[0].value, int)):
+                    text = ast.unparse(repeated.elts[0])
+                    if "mask" not in text.lower():  # (a [MASK] id pads nothing)
+                        return text
     return None
 
 
@@ -1934,8 +1936,9 @@ def _describe_factory(
         size = call.args[0] if call.args else None
         padded = ast.unparse(fill) if dtype == "int" and name == "full" and isinstance(
             fill, (ast.Name, ast.Attribute, ast.Constant)) and isinstance(
-            size, (ast.Tuple, ast.List)) and len(size.elts) == 2 and (
-            "mask" not in ast.unparse(fill).lower()) else None
+            size, (ast.Tuple, ast.List)) and len(size.elts) == 2 else None
+        if padded is not None and "mask" in padded.lower():
+            padded = None
         return Value(dtype=dtype, additive=is_masking_value(fill, lookup),
                      finfo_min=is_finfo_min(fill, lookup), padded_with=padded)
     if name in {"triu", "tril"}:
