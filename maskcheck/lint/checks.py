@@ -258,6 +258,10 @@ class _Role(NamedTuple):
     # For a mask handed on: where the function at the end of the chain reads it (THP's SDPA
     # under `EncoderLayer.slf_attn`), as `use` is for a direct role.
     deep: ast.AST | None = None
+    # For an attn_mask's layout: the function is SDPA under another name (its body returns the
+    # call, `attend = lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)`), so its parameter takes
+    # what SDPA's does and a caller's bare padding mask is the caller's slip.
+    alias: bool = False
 
 
 # The `position` of a role a function's `**kwargs` carry to torch's attention (see
@@ -6037,7 +6041,8 @@ class Linter:
         position = scope.params.index(node.id) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role), _Role(
-                position, role, mask if use is None else use, node.id, direct, mask))
+                position, role, mask if use is None else use, node.id, direct, mask,
+                alias=_returns_only_a_call(scope.node)))
 
     def _padding_as_attn_mask_passed(self, call: ast.Call, roles: tuple[_Role, ...]) -> None:
         """A (batch, seq) padding mask passed for a parameter that the function hands, axes
@@ -6074,6 +6079,13 @@ class Linter:
                 if not entry.direct:
                     # the function hands its parameter to another one's attn_mask: reported at
                     # that hand-over, where a padding mask becomes an attn_mask
+                    self._padding_as_attn_mask(entry.use, entry.role, f" (line {call.lineno} "
+                                               f"passes {self._text(arg)} to {name}()) handed "
+                                               "on as attn_mask here")
+                elif entry.param not in _ATTN_MASK_PARAMS and not entry.alias:
+                    # A parameter the function does not call attn_mask (`keep`, `maska`) is its
+                    # own padding mask: handing it to SDPA bare is the function's slip, and one
+                    # finding there covers every call.
                     self._padding_as_attn_mask(entry.use, entry.role, f" (line {call.lineno} "
                                                f"passes {self._text(arg)} to {name}()) handed "
                                                "on as attn_mask here")
@@ -7508,6 +7520,22 @@ _BELOW = {"lower": "on and below", "slower": "below"}  # where a lower triangle'
 _QUERY_AXIS_ROLES = frozenset({"keep-fill", "drop-fill", "keep-sdpa", "drop-sdpa"})
 # The roles in which a (B, S) padding mask is read as (queries, keys): attn_mask as it is.
 _LAYOUT_ROLES = frozenset({"shape-sdpa", "shape-mha"})
+
+
+def _returns_only_a_call(node: ast.AST | None) -> bool:
+    """A function whose body (after its docstring) is `return f(...)`: another name for f."""
+    body = getattr(node, "body", None)
+    if not isinstance(body, list):
+        return False
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(
+        body[0].value, ast.Call)
+
+
+# Parameter names that take SDPA's or MHA's attn_mask as it is: a caller that passes a
+# (batch, seq) padding mask for one is the slip (HittER's `layer(ctx, attn_mask=keep)`).
+_ATTN_MASK_PARAMS = frozenset({"attn_mask", "attention_bias", "attn_bias"})
 # Casts that keep a tensor's axes (and a mask's meaning up to its direction).
 _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "long", "int",
                                    "type", "type_as", "contiguous", "detach", "clone", "cuda",

@@ -1,0 +1,97 @@
+"""Shapes of session 33's reach: the bad source next to the finding it must give, its correct
+form next to none, and the torch 2.13 fact it rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tests.lint.conftest import line_of
+
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
+
+
+# Held-out 52's and 55's layers: the layer takes its own padding mask (`keep`), and hands it to
+# SDPA bare. The slip is the layer's, at the SDPA call: one finding there, whatever calls it.
+LAYER_OWN_PADDING = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Layer(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, keep):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, keep)
+        return y.transpose(1, 2).reshape(b, n, d)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.layers = nn.ModuleList(Layer(32, 4) for _ in range(2))
+
+    def forward(self, ids):
+        keep = ids != 0
+        x = self.emb(ids)
+        for layer in self.layers:
+            x = layer(x, keep)
+        return x
+"""
+
+
+def test_a_layers_own_padding_mask_handed_to_sdpa_bare_is_reported_there(found: Found) -> None:
+    sdpa = line_of(LAYER_OWN_PADDING, "F.scaled_dot_product_attention(q, k, v, keep)")
+    assert found(LAYER_OWN_PADDING) == [(sdpa, "MC515")]
+    fixed = LAYER_OWN_PADDING.replace("(q, k, v, keep)", "(q, k, v, keep[:, None, None, :])")
+    assert fixed != LAYER_OWN_PADDING and found(fixed) == []
+
+
+def test_a_parameter_named_attn_mask_makes_the_caller_the_slip(found: Found) -> None:
+    # HittER's `layer(ctx, attn_mask=keep)`: the layer says it takes SDPA's attn_mask.
+    source = LAYER_OWN_PADDING.replace("def forward(self, x, keep)",
+                                       "def forward(self, x, attn_mask)").replace(
+        "(q, k, v, keep)", "(q, k, v, attn_mask)").replace("layer(x, keep)",
+                                                          "layer(x, attn_mask=keep)")
+    assert source.count("attn_mask") == 3
+    assert found(source) == [(line_of(source, "layer(x, attn_mask=keep)"), "MC515")]
+
+
+def test_a_lambda_that_is_sdpa_under_another_name_makes_the_caller_the_slip(
+        found: Found) -> None:
+    # Held-out 26's Stack Overflow script: `attend` is SDPA with its arguments as they are.
+    source = """\
+import torch
+import torch.nn.functional as fn
+
+attend = lambda q, k, v, m: fn.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa
+
+
+def embed(ids, q, k, v):
+    m = ids != 0
+    return attend(q, k, v, m)
+"""
+    assert found(source) == [(line_of(source, "return attend(q, k, v, m)"), "MC515")]
+    fixed = source.replace("attend(q, k, v, m)", "attend(q, k, v, m[:, None, None, :])")
+    assert found(fixed) == []
+
+
+def test_sdpa_reads_a_two_axis_mask_as_queries_by_keys() -> None:
+    # conventions.md 2.6: a (batch, seq) keep-mask given bare to SDPA broadcasts as (1, 1, L, S),
+    # so with batch == seq, query i of every sequence gets sequence i's padding.
+    torch.manual_seed(0)
+    q = k = v = torch.randn(3, 2, 3, 4)
+    keep = torch.tensor([[True, True, True], [True, True, False], [True, False, False]])
+    bare = F.scaled_dot_product_attention(q, k, v, keep)
+    right = F.scaled_dot_product_attention(q, k, v, keep[:, None, None, :])
+    as_rows = F.scaled_dot_product_attention(q, k, v, keep[None, None, :, :])
+    assert torch.allclose(bare, as_rows) and not torch.allclose(bare, right)
