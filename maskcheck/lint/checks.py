@@ -4683,7 +4683,7 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         bound = self.scope.derived.get(node.id) if isinstance(node, ast.Name) else None
-        if bound is not None and isinstance(bound, (ast.Name, ast.Subscript)) and (
+        if isinstance(node, ast.Name) and isinstance(bound, (ast.Name, ast.Subscript)) and (
                 self._is_untouched(bound, _is_hf_mask_name)):
             # `topeng = attention_mask` (held-out 55): the same mask under another name
             self.report("MC502", node, f"{node.id} is the HF-style attention_mask "
