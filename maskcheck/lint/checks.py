@@ -5112,6 +5112,13 @@ class Linter:
         if held is not None and not self._ones_written(held, value) and not (
                 self._keep_prefix_written(held, target, value)):
             self._mutate(held)
+            if not held.startswith("self.") and is_masking_value(value, self.lookup):
+                # `bias[bias == 0] = -inf` on a block mask written 1 by hand: no longer 0/1
+                # (its kept positions add one constant, which softmax ignores)
+                scope = self._binding_scope(held)
+                known = scope.values.get(held)
+                if known is not None and (known.float01 or known.zero_one):
+                    scope.values[held] = replace(known, float01=False, zero_one=False)
         if is_masking_value(value, self.lookup) and self._indexed_by_diag_indices(target) and (
                 not _similarity_name(target)):
             # pbloem/former#10: `dot[:, idx[0], idx[1]] = float('-inf')` with offset=0; an
@@ -6356,6 +6363,18 @@ class Linter:
                 self.report("MC502", arg, f"{arg.id} is named as a keep-mask (True = kept) but "
                             f"{name}() {reads} for {entry.param}: invert it (`~{arg.id}`)",
                             echo_of=getattr(entry.deep or entry.use, "lineno", None))
+            elif entry.role == "drop-fill" and (kept := next((
+                    r for r in roles if r.position == entry.position and r.role in _KEEP_ROLES),
+                    None)) is not None:
+                # the function also reads it as a keep-mask (the encoder's
+                # `src_key_padding_mask=source_mask == 0`, a pooling weight) and the call agrees
+                # with that: the one fill that reads it the other way is the slip
+                where, fill = kept.deep or kept.use, entry.deep or entry.use
+                self.report(code, fill, f"the fill masks where {self._text(fill)} is True, but "
+                            f"line {call.lineno} passes a keep-mask ({self._text(arg)}, 1 = real "
+                            f"token) for {entry.param}, which line "
+                            f"{getattr(where, 'lineno', call.lineno)} also reads as one: it hides "
+                            "the real tokens; fill where it is 0 (`== 0`)")
             else:
                 own = name_hint(arg.id) if isinstance(arg, ast.Name) else None
                 bound = self.scope.derived.get(arg.id) if isinstance(arg, ast.Name) and (
@@ -7548,6 +7567,8 @@ _ATTN_MASK_PARAMS = frozenset({"attn_mask", "attention_bias", "attn_bias"})
 _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "long", "int",
                                    "type", "type_as", "contiguous", "detach", "clone", "cuda",
                                    "cpu"})  # (`m.logical_not()` is read as an inversion first)
+# Roles that read a parameter as True / 1 = may attend.
+_KEEP_ROLES = frozenset({"keep-sdpa", "keep-fill", "keep-mha"})
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",

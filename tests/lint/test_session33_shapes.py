@@ -137,3 +137,100 @@ def test_a_keep_mask_as_key_padding_mask_hides_the_real_tokens() -> None:
     wrong = mha(x, x, x, key_padding_mask=keep.bool())[1]
     right = mha(x, x, x, key_padding_mask=keep == 0)[1]
     assert torch.all(wrong[0, :, :3] == 0) and torch.all(right[0, :, 3] == 0)
+
+
+# Held-out 57's electricity forecaster (its correct twin): a block mask written 1 by hand into
+# zeros, then -inf where it is 0 and 0 where it is 1: an additive mask, not a 0/1 one.
+BLOCK_BIAS = """\
+import torch
+
+
+def day_block_bias(n, block):
+    bias = torch.zeros(n, n)
+    for start in range(0, n, block):
+        bias[start:start + block, start:start + block] = 1
+    bias[bias == 0] = float('-inf')
+    bias[bias == 1] = 0.0
+    return bias
+
+
+def attend(scores, attn_bias):
+    scores = scores + attn_bias
+    return scores.softmax(-1)
+
+
+def run(scores):
+    return attend(scores, day_block_bias(8, 4))
+"""
+
+
+def test_a_hand_written_block_mask_turned_additive_is_not_read_as_zero_one(
+        found: Found) -> None:
+    assert found(BLOCK_BIAS) == []
+    # ... and without the -inf write it is the 0/1 mask SDPA-style addition ignores
+    zero_one = BLOCK_BIAS.replace("    bias[bias == 0] = float('-inf')\n", "").replace(
+        "    bias[bias == 1] = 0.0\n", "")
+    assert found(zero_one) == [(line_of(zero_one, "scores = scores + attn_bias"), "MC508")]
+
+
+def test_a_one_and_minus_inf_bias_masks_as_zero_and_minus_inf_does() -> None:
+    # Adding 1 to every kept score of a row leaves its softmax as it was.
+    scores = torch.randn(4, 4)
+    block = torch.zeros(4, 4)
+    block[:2, :2] = 1
+    block[2:, 2:] = 1
+    ones_inf = block.masked_fill(block == 0, float("-inf"))
+    zeros_inf = ones_inf.masked_fill(ones_inf == 1, 0.0)
+    assert torch.allclose((scores + ones_inf).softmax(-1), (scores + zeros_inf).softmax(-1))
+
+
+# Held-out 57's code summariser: the model reads `source_mask` as a keep-mask (the encoder's
+# `src_key_padding_mask=source_mask == 0`), the batch gives the tokenizer's attention_mask, and
+# the Luong attention fills where the same mask is True: the fill is the slip, not the call.
+READ_BOTH_WAYS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def collate(tokenizer, texts):
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    return {"source_ids": enc["input_ids"], "source_mask": enc["attention_mask"]}
+
+
+class Attention(nn.Module):
+    def forward(self, h, memory, memory_mask):
+        scores = torch.bmm(memory, h.unsqueeze(2)).squeeze(2)
+        scores = scores.masked_fill(memory_mask.bool(), float("-inf"))
+        return torch.bmm(F.softmax(scores, -1).unsqueeze(1), memory).squeeze(1)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 32)
+        layer = nn.TransformerEncoderLayer(32, 4, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1)
+        self.attention = Attention()
+
+    def encode(self, source_ids, source_mask):
+        return self.encoder(self.embed(source_ids), src_key_padding_mask=source_mask == 0)
+
+    def forward(self, source_ids, source_mask):
+        memory = self.encode(source_ids, source_mask)
+        return self.attention(memory[:, 0], memory, source_mask)
+
+
+def main(tokenizer, texts):
+    model = Model()
+    batch = collate(tokenizer, texts)
+    return model(batch["source_ids"], batch["source_mask"])
+"""
+
+
+def test_a_fill_that_reads_a_mask_against_its_other_uses_is_reported_at_the_fill(
+        found: Found) -> None:
+    fill = line_of(READ_BOTH_WAYS, "masked_fill(memory_mask.bool()")
+    assert found(READ_BOTH_WAYS) == [(fill, "MC519")]
+    fixed = READ_BOTH_WAYS.replace("masked_fill(memory_mask.bool()", "masked_fill(memory_mask == 0")
+    assert fixed != READ_BOTH_WAYS and found(fixed) == []
