@@ -216,6 +216,8 @@ class _Scope:
     returns: list[Value] = field(default_factory=list)  # function scopes: what each return gives
     # Function scopes: each return that is a tuple, as what each of its elements gives.
     tuple_returns: list[tuple[Value, ...]] = field(default_factory=list)
+    # Function scopes: each `yield` as what each element of its tuple gives (None: not a tuple).
+    yields: list[tuple[Value, ...] | None] = field(default_factory=list)
     returns_none: bool = False  # function scopes: some return gives None (`return None`, `return`)
     node: ast.AST | None = None  # the function (or module) whose body this scope reads
     # Names this scope hands to softmax somewhere (read on demand): score tensors by their use.
@@ -2279,6 +2281,8 @@ class Linter:
         parts = _parts_of(done)
         if parts:
             facts = replace(facts, parts=parts)
+        if yielded := _yield_parts(done):
+            facts = replace(facts, yielded=yielded)
         if done.kind == "function" and done.name and (
                 isinstance(done.node, (ast.FunctionDef, ast.AsyncFunctionDef))):
             written = inline_template(done.node, method=done.in_class)
@@ -2492,6 +2496,15 @@ class Linter:
     def _yield(self, node: ast.Yield) -> None:
         if isinstance(node.value, ast.Dict):
             self._note_fields(node.value)  # a generator collator: `yield {"mask": pad, ...}`
+        if self.scope.kind == "function":
+            # `yield tokens, mask`: what a loop over the generator unpacks (`_yield_parts`)
+            elements = node.value.elts if isinstance(node.value, ast.Tuple) and not any(
+                isinstance(e, ast.Starred) for e in node.value.elts) else None
+            self.scope.yields.append(None if elements is None else tuple(
+                self.value(e) for e in elements))
+            for element in elements or ():
+                if isinstance(element, ast.Dict):
+                    self._note_fields(element)  # `yield {"ids": ids, "mask": m}, labels`
 
     def _note_fields(self, record: ast.Dict) -> None:
         """`return {"features": x, "padding_mask": pad.float()}` (a collate_fn, a model's
@@ -2501,7 +2514,9 @@ class Linter:
         module = self.scopes[0].values
         for key, value in zip(record.keys, record.values, strict=True):
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                facts = _seedable(self.value(value))
+                # (a (batch, seq) layout kept: `batch["padding_mask"]` handed to SDPA bare is
+                # MC515 where it is handed, as the maker's own name would be)
+                facts = _seedable(self.value(value), part=True)
                 name = f"[{key.value}]"
                 held = module.get(name)
                 module[name] = facts if held is None else _join(held, facts)
@@ -4683,8 +4698,8 @@ class Linter:
                         f"as {where} (True = padding): invert it (`attention_mask == 0`)")
             return
         bound = self.scope.derived.get(node.id) if isinstance(node, ast.Name) else None
-        if isinstance(node, ast.Name) and isinstance(bound, (ast.Name, ast.Subscript)) and (
-                self._is_untouched(bound, _is_hf_mask_name)):
+        if isinstance(node, ast.Name) and isinstance(bound, ast.Name) and (
+                bound.id != node.id) and self._is_untouched(bound, _is_hf_mask_name):
             # `topeng = attention_mask` (held-out 55): the same mask under another name
             self.report("MC502", node, f"{node.id} is the HF-style attention_mask "
                         f"({self._text(bound)}, 1 = real token) passed as {where} (True = "
@@ -5319,9 +5334,12 @@ class Linter:
                 (bound, position), added = unpacked, stored
             elif not returned and kw.arg is None and isinstance(kw.value, ast.Name) and (
                     isinstance(made := self.scope.derived.get(kw.value.id), ast.Call)) and (
-                    isinstance(made.func, ast.Name)) and made.func.id in self._local_defs and (
+                    isinstance(made.func, ast.Name)) and (
+                    made.func.id in self._local_defs
+                    or self.lookup(made.func.id).module in self._local_classes) and (
                     self._keys_stored(kw.value.id) == []):
-                # `batch = collate(docs); model(**batch)`, as a DataLoader's batch below
+                # `batch = collate(docs); model(**batch)`, as a DataLoader's batch below (or
+                # `inputs = preprocessor(texts)` of a callable class of this file)
                 bound, batched = made, True
             elif kw.arg is None and isinstance(kw.value, ast.Name) and bound is None and (
                     kw.value.id not in self.scope.assigned) and (
@@ -6798,6 +6816,19 @@ def _parts_of(done: _Scope) -> tuple[Value, ...]:
     parts = list(tuples[0])
     for other in tuples[1:]:
         parts = [_join(a, b) for a, b in zip(parts, other, strict=True)]
+    return tuple(parts) if any(parts) else ()
+
+
+def _yield_parts(done: _Scope) -> tuple[Value, ...]:
+    """A generator whose every `yield` gives a tuple of one length: the facts each position
+    shares over the yields, what `for a, b in gen(...)` binds; () otherwise."""
+    yields = done.yields
+    if done.kind != "function" or not yields or any(y is None for y in yields) or len(
+            {len(y) for y in yields if y is not None}) != 1:
+        return ()
+    parts = list(yields[0] or ())
+    for other in yields[1:]:
+        parts = [_join(a, b) for a, b in zip(parts, other or (), strict=True)]
     return tuple(parts) if any(parts) else ()
 
 

@@ -134,6 +134,9 @@ class Value:
     # ... a function whose every return is a tuple of one length: what each position gives
     # (`causal, padding = build_masks(...)`).
     parts: tuple[Any, ...] = ()
+    # ... a generator of this file whose every yield is a tuple of one length: what each
+    # position gives (`for tokens, mask in batches(...)`); its calls iterate as such.
+    yielded: tuple[Any, ...] = ()
     # ... a helper whose body is `name = ...` lines and one return (`inline.Template`): a call
     # of it reads as that return of the call's own arguments.
     inline: Any = None
@@ -1752,6 +1755,8 @@ def _describe_call(call: ast.Call, lookup: Lookup) -> Value:
             function = lookup(call.func.id)
             if function.inline is not None and (read := _inlined(function, call, lookup)):
                 return read
+            if function.yielded:
+                return Value(element_parts=function.yielded)  # a generator of this file
             if isinstance(function.result, Value):
                 return function.result  # what every return of a function defined above gives
             if function.returns_bool:

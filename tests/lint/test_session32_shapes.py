@@ -176,8 +176,9 @@ def train(visits):
 
 
 def test_a_numpy_length_test_made_a_tensor_keeps_its_axes(found: Found) -> None:
-    # (reported at the call that hands the layer the (batch, seq) mask, as for a torch one)
-    use = line_of(NUMPY_LENGTH_TEST_AS_ATTN_MASK, "return model(X[idx], keep[idx])")
+    # (reported where the layer hands its own `keep` to SDPA bare, as for a torch one: session
+    # 33 moved a layer's own padding mask's MC515 there from the call)
+    use = line_of(NUMPY_LENGTH_TEST_AS_ATTN_MASK, "return sdpa(q, k, v, keep)")
     assert found(NUMPY_LENGTH_TEST_AS_ATTN_MASK) == [(use, "MC515")]
     by_position = NUMPY_LENGTH_TEST_AS_ATTN_MASK.replace("keep[idx]", "keep[:8]")
     assert found(by_position) == [(use, "MC515")]

@@ -234,3 +234,85 @@ def test_a_fill_that_reads_a_mask_against_its_other_uses_is_reported_at_the_fill
     assert found(READ_BOTH_WAYS) == [(fill, "MC519")]
     fixed = READ_BOTH_WAYS.replace("masked_fill(memory_mask.bool()", "masked_fill(memory_mask == 0")
     assert fixed != READ_BOTH_WAYS and found(fixed) == []
+
+
+# Held-out 54's KerasNLP port: a preprocessor (a callable class of the file) returns the batch
+# as a dict, `padding_mask` made as `token_ids != pad_id`, and the model takes it spread.
+PREPROCESSOR_DICT = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Preprocessor:
+    def __call__(self, texts):
+        token_ids = torch.full((len(texts), 16), 0, dtype=torch.long)
+        for i, ids in enumerate(texts):
+            token_ids[i, :len(ids)] = torch.tensor(ids)
+        return {"token_ids": token_ids, "padding_mask": token_ids != 0}
+
+
+class Encoder(nn.Module):
+    def forward(self, x, padding_mask=None):
+        q = k = v = x[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=padding_mask)
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(100, 8)
+        self.encoder = Encoder()
+
+    def forward(self, token_ids, padding_mask):
+        return self.encoder(self.embedding(token_ids), padding_mask=padding_mask)
+
+
+def main(texts):
+    preprocessor = Preprocessor()
+    classifier = Classifier()
+    inputs = preprocessor(texts)
+    return classifier(**inputs)
+"""
+
+
+def test_a_dict_a_callable_class_returns_is_spread_into_the_model(found: Found) -> None:
+    sdpa = line_of(PREPROCESSOR_DICT, "attn_mask=padding_mask)")
+    assert found(PREPROCESSOR_DICT) == [(sdpa, "MC515")]
+    fixed = PREPROCESSOR_DICT.replace("attn_mask=padding_mask)",
+                                      "attn_mask=padding_mask[:, None, None, :])")
+    assert fixed != PREPROCESSOR_DICT and found(fixed) == []
+
+
+def test_a_returned_dicts_field_keeps_its_batch_by_seq_layout(found: Found) -> None:
+    source = PREPROCESSOR_DICT.split("class Encoder")[0] + """\
+def attend(texts, q, k, v):
+    inputs = Preprocessor()(texts)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=inputs["padding_mask"])
+"""
+    assert found(source) == [(line_of(source, 'attn_mask=inputs["padding_mask"]'), "MC515")]
+
+
+GENERATOR_BATCHES = """\
+import torch
+import torch.nn.functional as F
+
+
+def batches(rows, n):
+    for start in range(0, len(rows), 8):
+        ids = torch.full((8, n), 0, dtype=torch.long)
+        for i, row in enumerate(rows[start:start + 8]):
+            ids[i, :len(row)] = torch.tensor(row)
+        yield ids, ids != 0
+
+
+def run(rows, q, k, v):
+    for ids, keep in batches(rows, 16):
+        yield F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+"""
+
+
+def test_a_loop_over_a_generator_unpacks_what_each_yield_gives(found: Found) -> None:
+    assert found(GENERATOR_BATCHES) == [(line_of(GENERATOR_BATCHES, "attn_mask=keep"), "MC515")]
+    fixed = GENERATOR_BATCHES.replace("attn_mask=keep", "attn_mask=keep[:, None, None, :]")
+    assert found(fixed) == []
