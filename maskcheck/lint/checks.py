@@ -954,6 +954,9 @@ class Linter:
         # The module and, built only when MC510 is about to fire, each node's parent.
         self._tree: ast.AST | None = None
         self._function_spans: list[tuple[int, int]] | None = None
+        # `causal & keep` expressions reported as an upper triangle AND-ed with a keep-mask
+        # (MC521): SDPA given the result is the same bug, not a second one.
+        self._anded_triangles: set[int] = set()
         self._set_fields: tuple[dict[str, set[str]], frozenset[str]] | None = None
         # Built on the first `is_causal=self.flag` (see `_causal_instance`).
         self._instances: dict[tuple[str, str, str], _CausalInstance] | None = None
@@ -3431,6 +3434,7 @@ class Linter:
             keeps = keep.pad_keep or keep.keep_mask or (keep.hf_keep and not keep.hf_keep_inverted)
             if keeps and (
                     tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
+                self._anded_triangles.add(id(node))
                 self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
                             "but it is combined with a keep-mask (True = real token): every "
                             "query keeps the future; use tril (or `triu(..., 1) == 0`)")
@@ -5551,7 +5555,10 @@ class Linter:
             self.report("MC511", mask, f"{self._text(mask)} is True at padding, but SDPA's bool "
                         "attn_mask means True = may attend: it keeps only the padding; pass "
                         "the keep-mask (`attention_mask.bool()`)")
-        elif facts.dtype == "bool" and facts.tri in {"upper", "supper"}:
+        elif facts.dtype == "bool" and facts.tri in {"upper", "supper"} and not (
+                id(mask) in self._anded_triangles or (isinstance(mask, ast.Name) and id(
+                    self.scope.derived.get(mask.id)) in self._anded_triangles)):
+            # (a triangle AND-ed with a keep-mask is reported where they are AND-ed)
             at, shown = self._triangle_site(mask)
             self.report("MC521", at, f"{shown} is True above the diagonal, but "
                         "SDPA's bool attn_mask means True = may attend: every query sees the "

@@ -316,3 +316,46 @@ def test_a_loop_over_a_generator_unpacks_what_each_yield_gives(found: Found) -> 
     assert found(GENERATOR_BATCHES) == [(line_of(GENERATOR_BATCHES, "attn_mask=keep"), "MC515")]
     fixed = GENERATOR_BATCHES.replace("attn_mask=keep", "attn_mask=keep[:, None, None, :]")
     assert found(fixed) == []
+
+
+# Held-out 58's keyboard model: an upper triangle (True above the diagonal) AND-ed with a
+# keep-mask and handed to SDPA: one bug, reported once, where they are AND-ed.
+UPPER_AND_KEEP = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        causal = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+        self.register_buffer("causal", causal, persistent=False)
+
+    def forward(self, q, k, v, keep):
+        t = q.shape[2]
+        allowed = self.causal[:t, :t] & keep[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+"""
+
+
+def test_a_triangle_anded_with_a_keep_mask_is_one_finding(found: Found) -> None:
+    anded = line_of(UPPER_AND_KEEP, "allowed = self.causal[:t, :t] & keep")
+    assert found(UPPER_AND_KEEP) == [(anded, "MC521")]
+    fixed = UPPER_AND_KEEP.replace("diagonal=1)", "diagonal=1) == 0")
+    assert fixed != UPPER_AND_KEEP and found(fixed) == []
+    # (without the keep-mask, the triangle handed to SDPA is still reported there)
+    bare = UPPER_AND_KEEP.replace(" & keep[:, None, None, :]", "")
+    assert found(bare) == [(line_of(bare, "attn_mask=allowed"), "MC521")]
+
+
+def test_sdpa_keeps_where_a_bool_mask_is_true() -> None:
+    # An upper triangle given as SDPA's bool attn_mask lets each query see only later keys:
+    # the second query reads exactly the third value, and the last query sees no key at all.
+    torch.manual_seed(0)
+    q = k = v = torch.randn(1, 1, 3, 2)
+    upper = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=upper)
+    assert torch.allclose(out[0, 0, 1], v[0, 0, 2])
+    causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(causal[0, 0, 0], v[0, 0, 0])
