@@ -216,8 +216,11 @@ PADDING_MASK_AS_ATTN_MASK = register(RuleInfo(
     "lengths test) raises unless batch == queries, and then query i of every sequence gets "
     "sequence i's padding, silently (conventions.md 2.6). MultiheadAttention's attn_mask is "
     "(queries, keys) too; the padding mask goes to key_padding_mask. Reported where the mask "
-    "reaches attn_mask with its axes unchanged (casts and `~` do not change them), or where it is "
-    "passed to a function of this file that hands it there.",
+    "reaches attn_mask with its axes unchanged (casts and `~` do not change them). A function of "
+    "this file that takes a padding mask under its own name (`keep`, `padding_mask`) and hands it "
+    "on bare is reported there, once for all its calls; one whose parameter is named `attn_mask` "
+    "(or is SDPA under another name, `attend = lambda q, k, v, m: sdpa(q, k, v, m)`) takes SDPA's "
+    "mask, so the call that passes it a (batch, seq) mask is reported.",
     "keep = input_ids != pad_id\n"
     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
     "keep = input_ids != pad_id\n"
