@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import copy
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -3046,6 +3047,10 @@ class Linter:
                 isinstance(value, ast.Call)) else ()
             if isinstance(target, ast.Tuple) and not returned:
                 returned = facts.held_parts  # `chunk_blocked, valid = masks`
+            if isinstance(target, ast.Tuple) and not returned:
+                # `q, k, v = (t.transpose(1, 2) for t in (q, k, v))`: each name what the
+                # element expression gives for its own item (read before any is rebound)
+                returned = self._comprehension_parts(value, len(target.elts))
             self._forget_targets(target)
             if isinstance(target, ast.Tuple) and (_is_cache_update(value) or names_a_cache(
                     value) or (isinstance(value, ast.Call) and facts.cached)):
@@ -3064,6 +3069,21 @@ class Linter:
                 for element in target.elts:
                     if isinstance(element, ast.Name):
                         self.scope.values[element.id] = Value(diag_indices=True)
+
+    def _comprehension_parts(self, value: ast.expr, count: int) -> tuple[Value, ...]:
+        """What each item of `(f(t) for t in (a, b, c))` (or a list comprehension) gives, for a
+        tuple of `count` names unpacked from it; () for any other form."""
+        if not isinstance(value, (ast.GeneratorExp, ast.ListComp)) or len(
+                value.generators) != 1:
+            return ()
+        loop = value.generators[0]
+        items = loop.iter
+        if loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name) or not isinstance(
+                items, (ast.Tuple, ast.List)) or len(items.elts) != count or any(
+                isinstance(e, ast.Starred) for e in items.elts):
+            return ()
+        return tuple(self.value(_substituted(value.elt, loop.target.id, item))
+                     for item in items.elts)
 
     def _returned_parts(self, call: ast.Call) -> tuple[Value, ...]:
         """What each position of the tuple a function (or `self.` method) of this file returns
@@ -6253,7 +6273,20 @@ class Linter:
                 continue
             reads = ("hands it to scaled_dot_product_attention as attn_mask (True = may attend)"
                      if entry.role == "keep-sdpa" else "fills where it is 0")
-            if entry.direct and _says_padding(entry.param):
+            kept = next((r for r in roles if r.position == entry.position and (
+                r.role in _DROP_ROLES)), None) if entry.role == "keep-sdpa" else None
+            if kept is not None:
+                # the model also reads it as a padding mask (`~pad` for another SDPA call, the
+                # pooling's key_padding_mask) and the call gives one: the one SDPA call that
+                # reads it as a keep-mask is the slip (held-out 59's Longformer global row)
+                where, use = kept.deep or kept.use, entry.deep or entry.use
+                self.report("MC511", use, f"{self._text(use)} is handed to "
+                            "scaled_dot_product_attention as attn_mask (True = may attend), but "
+                            f"line {call.lineno} passes a padding mask ({self._text(arg)}, True "
+                            f"= padding) for {entry.param}, which line "
+                            f"{getattr(where, 'lineno', call.lineno)} also reads as one: it "
+                            "attends to the padding only; invert it (`~`)")
+            elif entry.direct and _says_padding(entry.param):
                 self.report("MC511", entry.use, f"{entry.param} is named as a padding mask "
                             f"(True = padding) and line {call.lineno} passes one "
                             f"({self._text(arg)}), but {name}() {reads}: it attends to the "
@@ -6824,6 +6857,19 @@ def _parts_of(done: _Scope) -> tuple[Value, ...]:
     for other in tuples[1:]:
         parts = [_join(a, b) for a, b in zip(parts, other, strict=True)]
     return tuple(parts) if any(parts) else ()
+
+
+def _substituted(expression: ast.expr, name: str, item: ast.expr) -> ast.expr:
+    """A copy of `expression` with each read of `name` replaced by `item` (a comprehension's
+    element expression for one of the items it loops over)."""
+
+    class _Replace(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id == name and isinstance(node.ctx, ast.Load):
+                return item
+            return node
+
+    return _Replace().visit(copy.deepcopy(expression))  # type: ignore[no-any-return]
 
 
 def _yield_parts(done: _Scope) -> tuple[Value, ...]:
@@ -7605,8 +7651,9 @@ _ATTN_MASK_PARAMS = frozenset({"attn_mask", "attention_bias", "attn_bias"})
 _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "long", "int",
                                    "type", "type_as", "contiguous", "detach", "clone", "cuda",
                                    "cpu"})  # (`m.logical_not()` is read as an inversion first)
-# Roles that read a parameter as True / 1 = may attend.
+# Roles that read a parameter as True / 1 = may attend, and as True / 1 = masked.
 _KEEP_ROLES = frozenset({"keep-sdpa", "keep-fill", "keep-mha"})
+_DROP_ROLES = frozenset({"drop-sdpa", "drop-fill", "drop-mha"})
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",

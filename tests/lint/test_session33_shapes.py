@@ -359,3 +359,99 @@ def test_sdpa_keeps_where_a_bool_mask_is_true() -> None:
     assert torch.allclose(out[0, 0, 1], v[0, 0, 2])
     causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.allclose(causal[0, 0, 0], v[0, 0, 0])
+
+
+# Held-out 59's Longformer-style clause classifier: the model reads `pad` as a padding mask
+# (`~pad` for its local SDPA call, the pooling's key_padding_mask) and the batch gives one; the
+# global row's SDPA call takes it as it is, as a keep-mask.
+GLOBAL_ROW_PAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def encode(tokenizer, texts):
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    return {"input_ids": enc["input_ids"], "pad": enc["attention_mask"] == 0}
+
+
+class Attention(nn.Module):
+    def local(self, q, k, v, pad):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=~pad[:, None, None, :])
+
+    def forward(self, q, k, v, pad):
+        y = self.local(q, k, v, pad)
+        g = F.scaled_dot_product_attention(q[:, :, :1], k, v, attn_mask=pad[:, None, None, :])
+        return torch.cat([g, y[:, :, 1:]], dim=2)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = Attention()
+        self.pool = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, k, v, x, pad):
+        y = self.attn(q, k, v, pad)
+        pooled, _ = self.pool(x, x, x, key_padding_mask=pad)
+        return y, pooled
+
+
+def predict(model, tokenizer, texts, q, k, v, x):
+    batch = encode(tokenizer, texts)
+    return model(q, k, v, x, batch["pad"])
+"""
+
+
+def test_an_sdpa_call_that_reads_a_mask_against_the_models_other_uses_is_reported_there(
+        found: Found) -> None:
+    use = line_of(GLOBAL_ROW_PAD, "attn_mask=pad[:, None, None, :])")
+    assert found(GLOBAL_ROW_PAD) == [(use, "MC511")]
+    fixed = GLOBAL_ROW_PAD.replace("attn_mask=pad[:, None, None, :])",
+                                   "attn_mask=~pad[:, None, None, :])")
+    assert fixed != GLOBAL_ROW_PAD and found(fixed) == []
+
+
+# Held-out 59's paged chunked prefill: the keys joined with a paged cache, then laid out for
+# SDPA through a generator expression over (q, k, v), keep the cache.
+CHUNKED_PREFILL = """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=0)
+    v = torch.cat([past_v, v_new], dim=0)
+    q_, k_, v_ = (t.transpose(0, 1)[None] for t in (q, k, v))
+    if q_.shape[-2] == 1:
+        return F.scaled_dot_product_attention(q_, k_, v_)
+    return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+"""
+
+
+def test_names_unpacked_from_a_generator_over_a_tuple_keep_each_items_facts(
+        found: Found) -> None:
+    flag = line_of(CHUNKED_PREFILL, "is_causal=True)")
+    assert found(CHUNKED_PREFILL) == [(flag, "MC510")]
+    listed = CHUNKED_PREFILL.replace("(t.transpose(0, 1)[None] for t in (q, k, v))",
+                                     "[t.transpose(0, 1)[None] for t in [q, k, v]]")
+    assert listed != CHUNKED_PREFILL and found(listed) == [(flag, "MC510")]
+    fixed = CHUNKED_PREFILL.replace(
+        "return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)",
+        "keep = torch.ones(q_.shape[-2], k_.shape[-2], dtype=torch.bool).tril("
+        "k_.shape[-2] - q_.shape[-2])\n    return F.scaled_dot_product_attention(q_, k_, v_, "
+        "attn_mask=keep)")
+    assert fixed != CHUNKED_PREFILL and found(fixed) == []
+
+
+def test_is_causal_with_a_cache_aligns_to_the_top_left() -> None:
+    # L = 2 new queries over S = 4 keys (2 cached): is_causal=True hides the last two keys
+    # from the first new query, which should see three of them.
+    torch.manual_seed(0)
+    q = torch.randn(1, 1, 2, 4)
+    k = v = torch.randn(1, 1, 4, 4)
+    flagged = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    keep = torch.ones(2, 4, dtype=torch.bool).tril(2)
+    right = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    assert not torch.allclose(flagged, right)
+    assert torch.allclose(flagged[0, 0, 0], v[0, 0, 0])
