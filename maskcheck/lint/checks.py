@@ -810,7 +810,7 @@ class _Checkpoint(NamedTuple):
 _CARRIED = ("_class_roles", "_class_attrs", "_class_fields", "_instance_fields", "_rebinds",
             "_roles_known",
             "_rsub_done", "_class_triu", "_nested_triu", "_triangles_told",
-            "_casts_told", "_dispatches")
+            "_casts_told", "_dispatches", "_anded_triangles")
 # Fixed for the module or caches of it: the second walk takes the first's.
 _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_to_min",
            "_lines", "_shown",
