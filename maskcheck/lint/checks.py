@@ -6500,9 +6500,9 @@ class Linter:
 
     def _no_cached_prefix(self, call: ast.Call, query: ast.AST | None, key: ast.AST) -> bool:
         """Whether the call sits in the body of an `if` whose test holds only without a cached
-        prefix: each `or` part is `cache is None` or compares the query's length with the
-        key's (nanochat: `if kv_cache is None or Tq == Tk: sdpa(q, k, v, is_causal=True)`,
-        with `Tq = q.size(2)`, `Tk = k.size(2)`)."""
+        prefix: each `or` part (or one `and` part) is `cache is None` or compares the query's
+        length with the key's (nanochat: `if kv_cache is None or Tq == Tk: sdpa(q, k, v,
+        is_causal=True)`, with `Tq = q.size(2)`, `Tk = k.size(2)`)."""
         names = {dotted(query) if query is not None else None, dotted(key)} - {None}
         if len(names) != 2 or self._tree is None:
             return False
@@ -6522,6 +6522,9 @@ class Linter:
         def safe(test: ast.AST) -> bool:
             if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
                 return all(safe(value) for value in test.values)
+            if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+                # ChatGLM2's `attention_mask is None and q.shape[2] == k.shape[2]`
+                return any(safe(value) for value in test.values)
             if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
                 return False
             if isinstance(test.ops[0], ast.Is) and is_none(test.comparators[0]):

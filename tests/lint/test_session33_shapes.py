@@ -455,3 +455,17 @@ def test_is_causal_with_a_cache_aligns_to_the_top_left() -> None:
     right = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
     assert not torch.allclose(flagged, right)
     assert torch.allclose(flagged[0, 0, 0], v[0, 0, 0])
+
+
+def test_an_sdpa_call_under_an_equal_length_test_has_no_cached_prefix(found: Found) -> None:
+    # ChatGLM2's `if attention_mask is None and q.shape[2] == k.shape[2]:` (copied into
+    # diffusers' Kolors, ColossalAI, modelscope, collie): only without a cached prefix
+    guarded = CHUNKED_PREFILL.replace(
+        "    if q_.shape[-2] == 1:\n        return F.scaled_dot_product_attention(q_, k_, v_)\n",
+        "    if mask is None and q_.shape[2] == k_.shape[2]:\n"
+        "        return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)\n").replace(
+        "def attend(q, k_new, v_new, past_k, past_v):",
+        "def attend(q, k_new, v_new, past_k, past_v, mask=None):").replace(
+        "    return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)\n",
+        "    return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)\n")
+    assert "q_.shape[2] == k_.shape[2]" in guarded and found(guarded) == []
