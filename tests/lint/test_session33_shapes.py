@@ -457,15 +457,43 @@ def test_is_causal_with_a_cache_aligns_to_the_top_left() -> None:
     assert torch.allclose(flagged[0, 0, 0], v[0, 0, 0])
 
 
+# ChatGLM2's core attention (copied into diffusers' Kolors, ColossalAI, modelscope and collie):
+# the cached keys reach it from the layer that joins them, and it sets is_causal only under
+# `attention_mask is None and q.shape[2] == k.shape[2]`, without a cached prefix.
+CHATGLM_CORE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CoreAttention(nn.Module):
+    def forward(self, query_layer, key_layer, value_layer, attention_mask):
+        query_layer, key_layer, value_layer = [
+            k.permute(1, 2, 0, 3) for k in [query_layer, key_layer, value_layer]
+        ]
+        if attention_mask is None and query_layer.shape[2] == key_layer.shape[2]:
+            return F.scaled_dot_product_attention(query_layer, key_layer, value_layer,
+                                                  is_causal=True)
+        return F.scaled_dot_product_attention(query_layer, key_layer, value_layer, ~attention_mask)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.core_attention = CoreAttention()
+
+    def forward(self, q, k, v, attention_mask, kv_cache=None):
+        if kv_cache is not None:
+            cache_k, cache_v = kv_cache
+            k = torch.cat((cache_k, k), dim=0)
+            v = torch.cat((cache_v, v), dim=0)
+        return self.core_attention(q, k, v, attention_mask)
+"""
+
+
 def test_an_sdpa_call_under_an_equal_length_test_has_no_cached_prefix(found: Found) -> None:
-    # ChatGLM2's `if attention_mask is None and q.shape[2] == k.shape[2]:` (copied into
-    # diffusers' Kolors, ColossalAI, modelscope, collie): only without a cached prefix
-    guarded = CHUNKED_PREFILL.replace(
-        "    if q_.shape[-2] == 1:\n        return F.scaled_dot_product_attention(q_, k_, v_)\n",
-        "    if mask is None and q_.shape[2] == k_.shape[2]:\n"
-        "        return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)\n").replace(
-        "def attend(q, k_new, v_new, past_k, past_v):",
-        "def attend(q, k_new, v_new, past_k, past_v, mask=None):").replace(
-        "    return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)\n",
-        "    return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)\n")
-    assert "q_.shape[2] == k_.shape[2]" in guarded and found(guarded) == []
+    assert found(CHATGLM_CORE) == []
+    unguarded = CHATGLM_CORE.replace(
+        " and query_layer.shape[2] == key_layer.shape[2]", "")
+    assert unguarded != CHATGLM_CORE
+    assert found(unguarded) == [(line_of(unguarded, "is_causal=True)"), "MC510")]
