@@ -6273,8 +6273,8 @@ class Linter:
                 continue
             reads = ("hands it to scaled_dot_product_attention as attn_mask (True = may attend)"
                      if entry.role == "keep-sdpa" else "fills where it is 0")
-            kept = next((r for r in roles if r.position == entry.position and (
-                r.role in _DROP_ROLES)), None) if entry.role == "keep-sdpa" else None
+            kept = _read_at(roles, entry.position, _DROP_ROLES) if (
+                entry.role == "keep-sdpa") else None
             if kept is not None:
                 # the model also reads it as a padding mask (`~pad` for another SDPA call, the
                 # pooling's key_padding_mask) and the call gives one: the one SDPA call that
@@ -6421,9 +6421,8 @@ class Linter:
                 self.report("MC502", arg, f"{arg.id} is named as a keep-mask (True = kept) but "
                             f"{name}() {reads} for {entry.param}: invert it (`~{arg.id}`)",
                             echo_of=getattr(entry.deep or entry.use, "lineno", None))
-            elif entry.role == "drop-fill" and (kept := next((
-                    r for r in roles if r.position == entry.position and r.role in _KEEP_ROLES),
-                    None)) is not None:
+            elif entry.role == "drop-fill" and (
+                    kept := _read_at(roles, entry.position, _KEEP_ROLES)) is not None:
                 # the function also reads it as a keep-mask (the encoder's
                 # `src_key_padding_mask=source_mask == 0`, a pooling weight) and the call agrees
                 # with that: the one fill that reads it the other way is the slip
@@ -7657,6 +7656,14 @@ _LAYOUT_KEEPING_CASTS = frozenset({"bool", "to", "float", "half", "bfloat16", "l
 # Roles that read a parameter as True / 1 = may attend, and as True / 1 = masked.
 _KEEP_ROLES = frozenset({"keep-sdpa", "keep-fill", "keep-mha"})
 _DROP_ROLES = frozenset({"drop-sdpa", "drop-fill", "drop-mha"})
+
+
+def _read_at(roles: tuple[_Role, ...], position: int, kinds: frozenset[str]) -> _Role | None:
+    """The function's first reading of the parameter at `position` as one of `kinds`: where a
+    model reads a mask one way, a single reading the other way is the slip (MC511, MC519)."""
+    return next((r for r in roles if r.position == position and r.role in kinds), None)
+
+
 _FLIPPED_ROLES = {"keep-sdpa": "drop-sdpa", "drop-sdpa": "keep-sdpa", "drop-fill": "keep-fill",
                   "keep-fill": "drop-fill", "drop-mha": "keep-mha", "keep-mha": "drop-mha"}
 _ROLE_KEEPING = frozenset({"unsqueeze", "view", "reshape", "expand", "expand_as", "bool",
