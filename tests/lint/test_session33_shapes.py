@@ -332,8 +332,9 @@ class Attention(nn.Module):
         causal = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
         self.register_buffer("causal", causal, persistent=False)
 
-    def forward(self, q, k, v, keep):
+    def forward(self, q, k, v, lengths):
         t = q.shape[2]
+        keep = torch.arange(t)[None, :] < lengths[:, None]
         allowed = self.causal[:t, :t] & keep[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 """
