@@ -498,3 +498,20 @@ def test_an_sdpa_call_under_an_equal_length_test_has_no_cached_prefix(found: Fou
         " and query_layer.shape[2] == key_layer.shape[2]", "")
     assert unguarded != CHATGLM_CORE
     assert found(unguarded) == [(line_of(unguarded, "is_causal=True)"), "MC510")]
+
+
+def test_a_mask_read_the_other_way_attends_to_the_padding_only() -> None:
+    # The MC511 and MC519 messages above: a padding mask (True = padding) given to SDPA as its
+    # bool attn_mask, or a keep-mask (1 = real token) used as the fill condition, leaves the
+    # padding as the only key each query attends to.
+    torch.manual_seed(0)
+    q = k = v = torch.randn(1, 1, 4, 2)
+    pad = torch.tensor([[False, False, True, True]])
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])
+    scores = (q @ k.transpose(-1, -2))[0, 0]
+    weights = scores.masked_fill(~pad, float("-inf")).softmax(-1)  # the SDPA reading
+    assert torch.allclose(out[0, 0], weights @ v[0, 0], atol=1e-6)
+    assert torch.all(weights[:, :2] == 0)
+    keep = (~pad).long()
+    filled = scores.masked_fill(keep.bool(), float("-inf")).softmax(-1)  # keep as condition
+    assert torch.all(filled[:, :2] == 0) and torch.allclose(filled.sum(-1), torch.ones(4))
