@@ -508,7 +508,7 @@ def test_a_mask_read_the_other_way_attends_to_the_padding_only() -> None:
     q = k = v = torch.randn(1, 1, 4, 2)
     pad = torch.tensor([[False, False, True, True]])
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])
-    scores = (q @ k.transpose(-1, -2))[0, 0]
+    scores = (q @ k.transpose(-1, -2))[0, 0] / 2 ** 0.5  # SDPA's scale, 1/sqrt(head dim)
     weights = scores.masked_fill(~pad, float("-inf")).softmax(-1)  # the SDPA reading
     assert torch.allclose(out[0, 0], weights @ v[0, 0], atol=1e-6)
     assert torch.all(weights[:, :2] == 0)
