@@ -4685,6 +4685,51 @@ class Linter:
         if mask is not None and self._is_untouched(mask, _is_key_padding_name):
             self.report("MC502", mask, "key_padding_mask (True = padding) passed as SDPA "
                         "attn_mask (True = may attend): invert it (`~key_padding_mask`)")
+        elif mask is not None and (param := self._key_padding_reshaped(mask)) is not None:
+            shown = param if self._text(mask) == param else f"{self._text(mask)}, {param}"
+            self.report("MC502", mask, f"{shown} (True = padding) reshaped and passed as SDPA "
+                        f"attn_mask (True = may attend): invert it (`~{param}`)")
+
+    def _key_padding_reshaped(self, mask: ast.AST) -> str | None:
+        """The key-padding parameter (True = padding, by its name) that a name this function
+        binds only to reshapes of it, or to None, holds: `attn_mask = key_padding_mask.
+        unsqueeze(1).unsqueeze(2)` in one branch, `attn_mask = None` in the other (Kronos'
+        layers), or the parameter rebound to a reshape of itself. Not through a cast, an
+        inversion or any other value, which may change what True means."""
+        scope = self.scope
+        base = _convention_base(mask)
+        if not isinstance(base, ast.Name) or scope.kind != "function" or not isinstance(
+                scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        if base.id in scope.params and _is_key_padding_name(base.id):
+            return base.id if base.id in scope.assigned and base.id in self._reshaped(
+                scope) and self.lookup(base.id) in PARAMETER_VALUES else None
+        if base.id in scope.params:
+            return None
+        roots: set[str] = set()
+        for sub in _function_body_nodes(scope.node):
+            targets = [sub.target] if isinstance(sub, ast.NamedExpr) else _binding_targets(sub)
+            for target in targets:
+                if not any(isinstance(n, ast.Name) and n.id == base.id for n in ast.walk(target)):
+                    continue
+                if not (isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(
+                        target, ast.Name)):
+                    return None
+                if isinstance(sub.value, ast.Constant) and sub.value.value is None:
+                    continue
+                root = _reshape_root(sub.value)
+                if root is None:
+                    return None
+                if root != base.id:  # (`attn_mask = attn_mask.expand(...)` keeps what it is)
+                    roots.add(root)
+        if len(roots) != 1:
+            return None
+        root = roots.pop()
+        if root not in scope.params or not _is_key_padding_name(root) or (
+                root in scope.assigned) or not self._is_untouched(
+                ast.Name(id=root, ctx=ast.Load()), _is_key_padding_name):
+            return None
+        return root
 
     def _own_call(self, call: ast.Call) -> bool:
         """A bare call of a function of this file that no import binds (not an alias of a

@@ -1,0 +1,86 @@
+"""Shapes of session 34's reach: the bad source next to the finding it must give, its correct
+form next to none, and the torch 2.13 fact it rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tests.lint.conftest import line_of
+
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
+
+
+# Kronos' layers (fresh43's kronos-finance, sktime's copy): the layer's key_padding_mask
+# (True = padding, as its callers' `padding_mask == 0` valid mask says) is reshaped into a
+# name in one branch, None in the other, and that name is SDPA's attn_mask (True = attend).
+KRONOS_LAYER = """\
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, key_padding_mask=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        if key_padding_mask is not None:
+            attn_mask = key_padding_mask.unsqueeze(1).unsqueeze(2)
+            attn_mask = attn_mask.expand(-1, self.heads, n, -1)
+        else:
+            attn_mask = None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return y.transpose(1, 2).reshape(b, n, d)
+"""
+
+
+def test_a_key_padding_mask_reshaped_into_sdpas_attn_mask_is_reported(found: Found) -> None:
+    sdpa = line_of(KRONOS_LAYER, "F.scaled_dot_product_attention(")
+    assert found(KRONOS_LAYER) == [(sdpa, "MC502")]
+    fixed = KRONOS_LAYER.replace("= key_padding_mask.unsqueeze", "= ~key_padding_mask.unsqueeze")
+    assert fixed != KRONOS_LAYER and found(fixed) == []
+
+
+def test_the_parameter_rebound_to_its_own_reshape_is_reported(found: Found) -> None:
+    source = """\
+import torch.nn.functional as F
+
+
+def attend(q, k, v, key_padding_mask=None):
+    if key_padding_mask is not None:
+        key_padding_mask = key_padding_mask[:, None, None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding_mask)
+"""
+    assert found(source) == [(line_of(source, "attn_mask=key_padding_mask"), "MC502")]
+    inverted = source.replace("= key_padding_mask[:, None", "= ~key_padding_mask[:, None")
+    assert inverted != source and found(inverted) == []
+
+
+def test_a_name_bound_to_anything_else_in_another_branch_is_left_alone(found: Found) -> None:
+    # `attn_mask = causal` in the other branch: the name is not the padding mask on every path
+    other = KRONOS_LAYER.replace("            attn_mask = None\n",
+                                 "            attn_mask = self.causal\n")
+    assert other != KRONOS_LAYER and found(other) == []
+    # a float cast may be the author's own additive form: not a reshape
+    cast = KRONOS_LAYER.replace(".unsqueeze(1).unsqueeze(2)", ".float().unsqueeze(1)")
+    assert cast != KRONOS_LAYER and found(cast) == []
+
+
+def test_sdpa_reads_a_key_padding_mask_as_the_keys_to_attend() -> None:
+    # The fact behind the finding: True at the padding means SDPA attends to the padding only.
+    torch.manual_seed(0)
+    q = torch.randn(1, 1, 3, 4)
+    k = torch.randn(1, 1, 3, 4)
+    v = torch.randn(1, 1, 3, 4)
+    key_padding_mask = torch.tensor([[False, False, True]])  # the last key is padding
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding_mask[:, None, None, :])
+    # every query then reads the padded key's value alone
+    assert torch.allclose(out, v[:, :, 2:3].expand_as(out))
+    right = F.scaled_dot_product_attention(q, k, v, attn_mask=~key_padding_mask[:, None, None, :])
+    assert not torch.allclose(right, out)
