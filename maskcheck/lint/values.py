@@ -911,7 +911,7 @@ def _describe_subscript(node: ast.Subscript, lookup: Lookup) -> Value:
         return UNKNOWN
     # Indexing keeps the dtype and the kind of entries; a triangle survives only a square
     # slice (`bias[:, :, :T, :T]`), not an offset one.
-    tri = base.tri if _square_slice(key) else None
+    tri = base.tri if _square_slice(key) or _leading_axes(key) else None
     if isinstance(key, ast.Name) and base.layout and (
             picked := lookup(key.id)).dtype == "int" and picked.tensor:
         # `keep[idx]` of an int64 index tensor (`idx = perm[i:i + b]`): the rows it picks,
@@ -1060,6 +1060,17 @@ def starts_at_zero(end: ast.BinOp, lookup: Lookup) -> bool:
     slice holds the new keys alone, L == S."""
     return any(isinstance(term, ast.Name) and lookup(term.id).int_zero
                for term in (end.left, end.right))
+
+
+def _leading_axes(key: ast.expr) -> bool:
+    """`m[None, None]`, `m[None, :, :]`: axes of size 1 added in front, the last two axes (a
+    triangle's) untouched."""
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    leading = 0
+    while leading < len(parts) and is_none(parts[leading]):
+        leading += 1
+    return leading > 0 and all(isinstance(p, ast.Slice) and p.lower is None and p.upper is None
+                               and p.step is None for p in parts[leading:])
 
 
 def _square_slice(key: ast.expr) -> bool:
@@ -1473,6 +1484,8 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             right = right.if_tensor
         elif right.dtype == "bool" and isinstance(left.if_tensor, Value):
             left = left.if_tensor
+    if isinstance(node.op, ast.BitOr) and (union := _union_with_unknown(left, right)):
+        return union  # `future_mask(T)[None, None] | pad[:, None, None, :]` (held-out 61)
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and (
             (left.dtype == "bool" and (right.dtype == "bool" or _a_comparison(node.right)))
             or (right.dtype == "bool" and _a_comparison(node.left))):
@@ -1506,6 +1519,19 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             or (right.maybe_half and number(node.left, lookup) is not None)):
         return Value(maybe_half=True)  # `1.0 - m` keeps m's dtype, whichever it is
     return Value(dtype=dtype) if dtype else UNKNOWN
+
+
+def _union_with_unknown(left: Value, right: Value) -> Value | None:
+    """A bool lower triangle OR-ed with a tensor the file does not show (a parameter): `|`
+    takes bools and integers only, so the result is True (nonzero) at least on the
+    triangle, as `_union_with_triangle`'s. None for anything else."""
+    held, other = (left, right) if left.tri else (right, left)
+    if held.dtype != "bool" or held.tri not in {"lower", "slower"} or other.tri is not None:
+        return None
+    if other.dtype is not None or other.hides_above or other.all_ones or other.additive or (
+            other.finfo_min or other.number is not None or other.zero_one or other.float01):
+        return None
+    return Value(dtype="bool", tri=held.tri, tri_at=held.tri_at)
 
 
 def _union_with_triangle(left: Value, right: Value) -> Value | None:

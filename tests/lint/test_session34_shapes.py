@@ -84,3 +84,58 @@ def test_sdpa_reads_a_key_padding_mask_as_the_keys_to_attend() -> None:
     assert torch.allclose(out, v[:, :, 2:3].expand_as(out))
     right = F.scaled_dot_product_attention(q, k, v, attn_mask=~key_padding_mask[:, None, None, :])
     assert not torch.allclose(right, out)
+
+
+# Held-out 61's session recommender: a builder returns the keep triangle (tril), the layer
+# adds two leading axes and ORs in its padding parameter, and fills where the result is True.
+FUTURE_MASK_FILL = """\
+import torch
+
+
+def future_mask(n, device):
+    return torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))
+
+
+def attend(scores, pad):
+    t = scores.shape[-1]
+    blocked = future_mask(t, scores.device)[None, None] | pad[:, None, None, :]
+    return scores.masked_fill(blocked, torch.finfo(scores.dtype).min).softmax(-1)
+"""
+
+
+def test_a_keep_triangle_with_leading_axes_ored_with_padding_is_reported(found: Found) -> None:
+    builder = line_of(FUTURE_MASK_FILL, "torch.tril(")
+    assert found(FUTURE_MASK_FILL) == [(builder, "MC521")]
+    fixed = FUTURE_MASK_FILL.replace("torch.tril(", "torch.triu(").replace(
+        "device=device))", "device=device), 1)")
+    assert fixed != FUTURE_MASK_FILL and found(fixed) == []
+
+
+def test_leading_axes_keep_the_triangle_and_other_indexing_does_not(found: Found) -> None:
+    source = """\
+import torch
+
+
+def attend(scores, n):
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    return scores.masked_fill(causal[None, None], float("-inf")).softmax(-1)
+"""
+    # (a triangle made in the same function is reported at its use)
+    assert found(source) == [(line_of(source, "causal[None, None]"), "MC521")]
+    # `[:, None]` moves the triangle off the last two axes: nothing is claimed about it
+    moved = source.replace("causal[None, None]", "causal[:, None]")
+    assert found(moved) == []
+
+
+def test_a_keep_triangle_ored_with_padding_hides_the_diagonal() -> None:
+    # The fact behind the finding: filling `tril | pad` hides every query's own key and the
+    # past, and leaves the future visible.
+    n = 4
+    scores = torch.zeros(1, 1, n, n)
+    pad = torch.tensor([[False, False, False, True]])
+    blocked = torch.tril(torch.ones(n, n, dtype=torch.bool))[None, None] | pad[:, None, None, :]
+    weights = scores.masked_fill(blocked, torch.finfo(scores.dtype).min).softmax(-1)
+    assert weights[0, 0, 0, 0] == 0 and weights[0, 0, 0, 1] > 0  # own key hidden, future seen
+    right = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)[None, None] | pad[:, None, None, :]
+    kept = scores.masked_fill(right, torch.finfo(scores.dtype).min).softmax(-1)
+    assert kept[0, 0, 0, 0] == 1
