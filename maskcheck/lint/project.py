@@ -46,6 +46,8 @@ FLOAT16_EVIDENCE = re.compile(
 # torch.float32]`, a dtype table), which checks a dtype rather than choosing it.
 _NOT_FLOAT16 = re.compile(rb"(?i:bf16|bfloat16)|enabled\s*=\s*False")
 _OTHER_DTYPE = re.compile(rb"torch\.(?:float32|float64|double|bfloat16|float)\b")
+# A line that is one element of a literal: `    torch.half,`.
+_DTYPE_ELEMENT = re.compile(rb"\s*torch\.\w+\s*,?\s*")
 _FULL_PRECISION = re.compile(rb"dtype\s*=\s*(?:torch\.)?(?:float32|float64|double|float)\b")
 # An import of autocast says nothing until it is used (ESMFold2 imports it to disable it).
 _IMPORT = re.compile(rb"\s*(?:from|import)\s")
@@ -379,7 +381,21 @@ def _says_float16(data: bytes, match: re.Match[bytes]) -> bool:
                 return False  # an autocast to float32 disables itself
     if _NOT_FLOAT16.search(context) or _IMPORT.match(context):
         return False
-    return not (match.group() == b"torch.float16" and _OTHER_DTYPE.search(context))
+    if match.group() not in {b"torch.float16", b"torch.half"}:
+        return True
+    if _OTHER_DTYPE.search(context):
+        return False
+    # One element of a literal written a dtype per line (torchao's `if precision not in [\n
+    # torch.float32,\n torch.float16,\n torch.bfloat16,\n]:`): a list of dtypes, checked
+    # against rather than chosen, when a neighbouring line is another dtype's element.
+    if not _DTYPE_ELEMENT.fullmatch(context):
+        return True
+    before = data.rfind(b"\n", 0, max(line_start - 1, 0)) + 1
+    after = len(data) if line_end < 0 else data.find(b"\n", line_end + 1)
+    neighbours = (data[before:max(line_start - 1, before)],
+                  data[line_end + 1:len(data) if after < 0 else after] if line_end >= 0 else b"")
+    return not any(_DTYPE_ELEMENT.fullmatch(line) and _OTHER_DTYPE.search(line)
+                   for line in neighbours)
 
 
 def _quoted_dtype_name(data: bytes, match: re.Match[bytes]) -> bool:

@@ -68,6 +68,9 @@ def test_silent_in_a_project_that_never_runs_float16(tmp_path: Path, marker: str
     ("train.py", "p.add_argument('--amp', help='automatic mixed precision')\n"),
     ("train.py", "parser.add_argument('--fp16', action='store_true')\n"),
     ("train.py", "model.to(dtype=torch.float16)\n"),
+    # a dtype alone on its line, as one chosen in a multi-line call, is still a choice
+    ("train.py", "model = build(\n    dtype=torch.half,\n)\n"),
+    ("train.py", "DTYPES = [\n    torch.half,\n]\nmodel.to(DTYPES[0])\n"),
     ("train.py", "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n"),
     ("train.py", "trainer = pl.Trainer(precision=16)\n"),
     ("configs/base.yaml", "training:\n  fp16: true\n"),
@@ -168,6 +171,10 @@ def test_a_python_switch_is_followed_through_two_imports_not_three(tmp_path: Pat
     # DI-engine, deepchem: a dtype among others is checked, not chosen.
     ("utils.py", "FLOATS = [torch.float32, torch.float64, torch.float16]\n"),
     ("utils.py", "if x.dtype in (torch.float16, torch.bfloat16):\n    pass\n"),
+    ("utils.py", "ok = x.dtype in (torch.half, torch.float32)\n"),
+    # torchao: the same list written a dtype per line.
+    ("quant.py", "if precision not in [\n    torch.float32,\n    torch.float16,\n"
+                 "    torch.bfloat16,\n]:\n    raise ValueError(precision)\n"),
     # torch-ecg: a dtype-size table keyed by the dtypes' names, over several lines.
     ("utils.py", 'SIZES = {\n    "torch.float16": 2,\n    "torch.float32": 4,\n}\n'),
     ("utils.py", "half = str(t.dtype) == 'torch.float16'\n"),
