@@ -152,6 +152,7 @@ SEARCHED_SUFFIXES = frozenset({".py", ".pyi", ".ipynb", ".yaml", ".yml", ".json"
 # Past these, the project is not read further and counts as one that may run float16.
 MAX_FILES = 50_000
 MAX_BYTES_PER_FILE = 1 << 20
+MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook's JSON, outputs included, read to find its cells
 MAX_BYTES = 256 << 20
 
 
@@ -225,13 +226,20 @@ def _project_evidence(root: str) -> _Evidence:
                     sources.append(os.path.realpath(entry.path))
                 if _is_test_file(entry.name):
                     continue
+                notebook = entry.name.lower().endswith(".ipynb")
                 with open(entry.path, "rb") as f:
-                    data = f.read(MAX_BYTES_PER_FILE)
-                if entry.name.lower().endswith(".ipynb"):
-                    data = _cell_sources(data)
+                    # (a notebook whole, up to its own cap: cut short, its JSON does not parse
+                    # and its outputs would be read, a base64 PNG's chance "fp16" with them,
+                    # recohut's 1.1 MB plotting notebook)
+                    data = f.read(MAX_NOTEBOOK_BYTES if notebook else MAX_BYTES_PER_FILE)
+                if notebook:
+                    data = _cell_sources(data)[:MAX_BYTES_PER_FILE]
                 # A .py file's comments and docstrings are prose about its own code, often
-                # about another dtype ("fp32 to fp16 under AMP" in a bfloat16-only model).
-                if mentions_float16(data, prose=not source, python=source):
+                # about another dtype ("fp32 to fp16 under AMP" in a bfloat16-only model);
+                # so are a notebook's code cells' (recohut's metrics notebook: `# ... it can
+                # be float if --fp16`, copied from a metrics library), not its markdown.
+                if (notebook and _notebook_says_float16(data)) or (
+                        not notebook and mentions_float16(data, prose=not source, python=source)):
                     if not source:
                         return _Evidence(anywhere=True)
                     python.append(sources[-1])
@@ -245,13 +253,34 @@ def _project_evidence(root: str) -> _Evidence:
 
 def _cell_sources(data: bytes) -> bytes:
     """A notebook's cells, without their outputs: a base64 PNG in an output holds "fp16" by
-    chance (sbi's diagnostics tutorial). A file that is not a notebook's JSON is read whole."""
+    chance (sbi's diagnostics tutorial). A file that is not a notebook's JSON is read whole.
+    Each cell starts with a line saying whether it is code (`_CELL_KIND`)."""
     try:
         cells = json.loads(data)["cells"]
-        return "\n".join(cell_text(cell, number) for number, cell in enumerate(
-            cells, start=1)).encode("utf-8", "replace")
+        return "\n".join(f"{_CELL_KIND}{cell.get('cell_type') == 'code'}\n" + cell_text(
+            cell, number) for number, cell in enumerate(cells, start=1)).encode(
+            "utf-8", "replace")
     except (ValueError, TypeError, KeyError, AttributeError):
         return data
+
+
+# The line `_cell_sources` puts before each cell: a NUL, which no notebook's text holds.
+_CELL_KIND = "\x00cell code="
+
+
+def _notebook_says_float16(data: bytes) -> bool:
+    """A notebook's float16 evidence: its markdown and raw cells read as prose (a tutorial's
+    "train with --fp16"), its code cells as Python without their comments, as a .py file's."""
+    marker = _CELL_KIND.encode()
+    if not data.startswith(marker):
+        return mentions_float16(data)  # not a notebook's JSON: read whole
+    code: list[bytes] = []
+    prose: list[bytes] = []
+    for part in data.split(b"\n" + marker):
+        kind, _, text = part.removeprefix(marker).partition(b"\n")
+        (code if kind == b"True" else prose).append(text)
+    return mentions_float16(b"\n".join(prose)) or mentions_float16(
+        b"\n".join(code), prose=False, python=True)
 
 
 # The modules a Python source imports, read off its text: `import a.b as c, d`,

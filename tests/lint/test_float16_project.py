@@ -341,3 +341,38 @@ def test_a_notebooks_outputs_are_not_read(tmp_path: Path) -> None:
     assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
     (proj / "tutorial.ipynb").write_text("not json, fp16\n")  # read whole when not a notebook
     assert check(Path("model/attention.py"), cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+
+
+def test_a_big_notebooks_outputs_are_not_read_either(tmp_path: Path) -> None:
+    """recohut's plotting notebook: 1.1 MB of outputs, one base64 PNG holding "fp16". Cut at
+    the per-file cap, its JSON would not parse and the outputs would be read as text."""
+    proj = make_project(tmp_path)
+    png = "iVBORw0KGgozatkfP8Xn9fp163yVhqBSTom" + "A" * (project.MAX_BYTES_PER_FILE + 4096)
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": ["x = 1\n"],
+            "outputs": [{"output_type": "display_data", "metadata": {},
+                         "data": {"image/png": png}}]}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (proj / "plots.ipynb").write_text(json.dumps(nb))
+    assert (proj / "plots.ipynb").stat().st_size > project.MAX_BYTES_PER_FILE
+    assert check(proj, cwd=proj) == []
+
+
+def test_a_notebooks_code_comments_are_its_own_prose(tmp_path: Path) -> None:
+    """recohut's metrics notebook, copied from a metrics library: `# ... it can be float if
+    --fp16` in a code cell says nothing about this project's runs, as a .py comment does not;
+    its markdown is read as a README is, and its code as a .py file's."""
+    proj = make_project(tmp_path)
+
+    def notebook(kind: str, source: str) -> None:
+        cell: dict[str, object] = {"cell_type": kind, "metadata": {}, "source": [source]}
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+        (proj / "metrics.ipynb").write_text(json.dumps(nb))
+
+    notebook("code", "# the sum is double, because it can be float if --fp16\nx = 1\n")
+    assert check(proj, cwd=proj) == []
+    notebook("markdown", "Train with `--fp16` for mixed precision.\n")
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
+    notebook("code", "model = model.half()\n")
+    assert check(proj, cwd=proj) == [("attention.py", FILL_LINE, "MC501")]
