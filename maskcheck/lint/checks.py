@@ -2543,6 +2543,10 @@ class Linter:
                     node.body, name) and not _branch_binds_none(node.orelse, name):
                 body = other
             joined = _join(body, other)
+            default = self._default_path(node, name, body, other)
+            if default is not None:
+                joined = replace(joined, **{fact: getattr(default, fact)
+                                            for fact in _CONVENTION_FACTS})
             if not joined.float01 and joined.float01_at is None:
                 made: ast.AST | None = None
                 if _made_float01(body) and not _made_float01(other):
@@ -2552,6 +2556,34 @@ class Linter:
                 if made is not None:
                     joined = replace(joined, float01_at=site(made))
             self.bind(name, joined)
+
+    def _default_path(self, node: ast.If, name: str, body: Value, other: Value) -> Value | None:
+        """Under `if mask is not None: m = mask.unsqueeze(1) else: m = <built here>` (a
+        parameter that defaults to None, rec4torch's DIN pooling): what the branch that runs
+        without the parameter gives, when it says which convention the mask has and the
+        other branch only reshapes the parameter. Both paths then read `m` alike (the author
+        builds the default the way callers pass it), so its convention holds after the if."""
+        test = node.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+                test.ops[0], (ast.Is, ast.IsNot)) and isinstance(test.left, ast.Name)
+                and is_none(test.comparators[0])):
+            return None
+        param = test.left.id
+        scope = self.scope
+        if scope.kind != "function" or param not in scope.params or param in scope.assigned:
+            return None
+        given, built = (node.body, node.orelse) if isinstance(test.ops[0], ast.IsNot) else (
+            node.orelse, node.body)
+        given_value, built_value = (body, other) if given is node.body else (other, body)
+        binding = _last_binding(given, name)
+        if not isinstance(binding, (ast.Assign, ast.AnnAssign)) or binding.value is None or (
+                _reshape_root(binding.value) != param) or any(
+                getattr(given_value, fact) for fact in _CONVENTION_FACTS):
+            return None
+        if _last_binding(built, name) is None or not any(
+                getattr(built_value, fact) for fact in _CONVENTION_FACTS):
+            return None
+        return built_value
 
     def _ids_layout(self, default: ast.expr | None) -> dict[str, Any]:
         """`torch.ones_like(input_ids)` as a mask's default: the token ids' (batch, seq) axes,
@@ -4270,8 +4302,9 @@ class Linter:
                         f"float16/bfloat16 tensor with it raises{how} (value cannot be converted "
                         "without overflow); use torch.finfo(x.dtype).min")
         weak = self._fill_number(value) if value is not None else None
-        if value is not None and weak is not None and -1 <= weak < 0 and target is not None and (
-                self._fill_reaches_softmax(call, target, parent)):
+        weak_masking = value is not None and weak is not None and -1 <= weak < 0 and (
+            target is not None and self._fill_reaches_softmax(call, target, parent))
+        if weak_masking and value is not None and weak is not None:
             # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
             self.report("MC516", value, f"{self._text(value)} as the fill of attention scores "
                         "hardly masks: a masked position weighs as a score of "
@@ -4287,6 +4320,10 @@ class Linter:
                 self.report("MC524", call, f"masked_fill_ on the buffer self.{attr} inside "
                             f"{inside}: the stored mask is rewritten on every call; use "
                             "masked_fill (out of place)")
+        if condition is not None and weak_masking:
+            # a fill meant to mask, too weak to (MC516): which positions it picks is read too
+            # (rec4torch's DIN pooling fills where its keep-mask is True, with -1e-7)
+            self._keep_mask_condition(condition, self.value(condition))
         if condition is None or value is None or not self._is_fill_value(value):
             return
         self._note_role(condition, "drop-fill")  # `masked_fill(mask == 0, ...)`: keep-fill
@@ -4300,16 +4337,8 @@ class Linter:
             # (of scores only: a (B, C, T, 1) feature map masked by time before a max-pool
             # takes the same (B, 1, T, 1) mask on purpose)
             self._query_axis_padding(condition, "the masked_fill condition")
-        if cond.hf_keep and not cond.hf_keep_inverted and not cond.pad_keep:
-            self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
-                        "attention_mask "
-                        "(1 = real token): as the masked_fill condition it masks the real "
-                        "tokens; fill where it == 0")
-        elif (cond.pad_keep or cond.keep_mask) and not cond.hf_keep_inverted:
-            why = "a test for real tokens" if cond.pad_keep else "a keep-mask"
-            self.report("MC519", condition, f"{self._text(condition)} is {why} (True = may "
-                        "attend): as the masked_fill condition it masks the positions it "
-                        "keeps; fill where it is False (`~m`, `m == 0`)")
+        if self._keep_mask_condition(condition, cond):
+            pass
         elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
                 value, self.lookup) and target is not None and (
                 _root_name(target) == _root_name(condition) or self._is_scores(target)
@@ -4325,6 +4354,22 @@ class Linter:
             self.report("MC521", at, f"{shown} is True {where} the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
+
+    def _keep_mask_condition(self, condition: ast.expr, cond: Value) -> bool:
+        """MC519: a keep-mask (True/1 = real token) as a masked_fill condition."""
+        if cond.hf_keep and not cond.hf_keep_inverted and not cond.pad_keep:
+            self.report("MC519", condition, f"{self._text(condition)} is a tokenizer "
+                        "attention_mask "
+                        "(1 = real token): as the masked_fill condition it masks the real "
+                        "tokens; fill where it == 0")
+            return True
+        if (cond.pad_keep or cond.keep_mask) and not cond.hf_keep_inverted:
+            why = "a test for real tokens" if cond.pad_keep else "a keep-mask"
+            self.report("MC519", condition, f"{self._text(condition)} is {why} (True = may "
+                        "attend): as the masked_fill condition it masks the positions it "
+                        "keeps; fill where it is False (`~m`, `m == 0`)")
+            return True
+        return False
 
     def _held_attr(self, node: ast.AST) -> str | None:
         """`X` for `self.X`, `self.get_buffer("X")`, or a name this function bound to `self.X`
@@ -8578,6 +8623,10 @@ def _branch_binds_none(body: list[ast.stmt], name: str) -> bool:
         elif name in _stored_names(stmt):
             bound = False  # bound inside a nested block, a loop, a with: not read here
     return bound
+
+
+# What a mask's True means, as a join keeps it from the branch that builds it (`_default_path`).
+_CONVENTION_FACTS = ("pad_keep", "keep_mask", "hf_keep", "hf_keep_inverted")
 
 
 def _last_binding(body: list[ast.stmt], name: str) -> ast.stmt | None:

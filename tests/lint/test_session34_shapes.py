@@ -181,3 +181,44 @@ def test_a_key_padding_mask_handed_to_sdpa_is_not_the_models_convention(found: F
     fixed = SDPA_SLIP_AND_RIGHT_FILL.replace("attn_mask=key_padding_mask[",
                                              "attn_mask=~key_padding_mask[")
     assert fixed != SDPA_SLIP_AND_RIGHT_FILL and found(fixed) == []
+
+
+# fresh45's rec4torch: DIN's attention pooling takes an optional mask, and builds the same
+# (True = real behaviour) mask from the lengths when none is given; then fills where it is
+# True. The default path is the one that runs when callers pass lengths only.
+DIN_POOLING = """\
+import torch
+import torch.nn.functional as F
+
+
+def pool(scores, keys, keys_length, mask=None):
+    btz, seq_len, _ = keys.shape
+    if mask is not None:
+        keys_mask = mask.unsqueeze(1)
+    else:
+        keys_mask = torch.arange(seq_len, device=keys.device).repeat(btz, 1)
+        keys_mask = keys_mask < keys_length
+        keys_mask = keys_mask.unsqueeze(1)
+    scores = torch.masked_fill(scores, keys_mask.bool(), float("-inf"))
+    return F.softmax(scores, dim=-1)
+"""
+
+
+def test_the_default_paths_mask_sets_the_convention_after_the_if(found: Found) -> None:
+    fill = line_of(DIN_POOLING, "torch.masked_fill(")
+    assert found(DIN_POOLING) == [(fill, "MC519")]
+    fixed = DIN_POOLING.replace("keys_mask.bool(), float", "~keys_mask.bool(), float")
+    assert fixed != DIN_POOLING and found(fixed) == []
+    # a branch that does more to the parameter than reshape it says nothing of the default's
+    other = DIN_POOLING.replace("keys_mask = mask.unsqueeze(1)", "keys_mask = (mask == 0)")
+    assert other != DIN_POOLING and found(other) == []
+
+
+def test_a_weak_fill_meant_to_mask_has_its_condition_read_too(found: Found) -> None:
+    # rec4torch's weight-normalised DIN pooling: "padding置为-inf" says the comment, but the
+    # fill is -1e-7 (MC516) and where it fills is the keep-mask (MC519): two slips, one line
+    weak = DIN_POOLING.replace('float("-inf")', "-1e-7")
+    fill = line_of(weak, "torch.masked_fill(")
+    assert sorted(found(weak)) == [(fill, "MC516"), (fill, "MC519")]
+    right_place = weak.replace("keys_mask.bool(), -1e-7", "~keys_mask.bool(), -1e-7")
+    assert right_place != weak and found(right_place) == [(fill, "MC516")]
