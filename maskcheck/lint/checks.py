@@ -4304,7 +4304,7 @@ class Linter:
         weak = self._fill_number(value) if value is not None else None
         weak_masking = value is not None and weak is not None and -1 <= weak < 0 and (
             target is not None and self._fill_reaches_softmax(call, target, parent))
-        if weak_masking and value is not None and weak is not None:
+        if weak_masking and value is not None and weak is not None:  # (the Nones for mypy)
             # ReChorus#8 (`-1e-13`), pytorch/pytorch#26098 (`-1e-20`): exp(v) is about 1
             self.report("MC516", value, f"{self._text(value)} as the fill of attention scores "
                         "hardly masks: a masked position weighs as a score of "
@@ -4337,9 +4337,8 @@ class Linter:
             # (of scores only: a (B, C, T, 1) feature map masked by time before a max-pool
             # takes the same (B, 1, T, 1) mask on purpose)
             self._query_axis_padding(condition, "the masked_fill condition")
-        if self._keep_mask_condition(condition, cond):
-            pass
-        elif cond.dtype == "bool" and cond.tri in {"lower", "slower"} and is_masking_value(
+        if not self._keep_mask_condition(condition, cond) and cond.dtype == "bool" and (
+                cond.tri in {"lower", "slower"}) and is_masking_value(
                 value, self.lookup) and target is not None and (
                 _root_name(target) == _root_name(condition) or self._is_scores(target)
                 or self._fill_reaches_softmax(call, target, parent)
