@@ -3487,9 +3487,10 @@ class Linter:
             if keeps and (
                     tri.dtype == "bool" and tri.tri in {"upper", "supper"}):
                 self._anded_triangles.add(id(node))
-                self.report("MC521", node, f"{self._text(tri_node)} is True above the diagonal, "
-                            "but it is combined with a keep-mask (True = real token): every "
-                            "query keeps the future; use tril (or `triu(..., 1) == 0`)")
+                at, combined = self._anded_triangle_site(tri, tri_node, node)
+                self.report("MC521", at, f"{self._text(tri_node)} is True above the diagonal, "
+                            f"but it is combined with a keep-mask{combined} (True = real token): "
+                            "every query keeps the future; use tril (or `triu(..., 1) == 0`)")
                 return
         for padding, tri, padding_node, tri_node in (
                 (left, right, node.left, node.right), (right, left, node.right, node.left)):
@@ -4920,6 +4921,27 @@ class Linter:
         masks += [call.args[p] for p in attn_masks if len(call.args) > p]
         for mask in masks:
             self._mha_mask(mask)
+
+    def _anded_triangle_site(self, tri: Value, tri_node: ast.AST, node: ast.AST
+                             ) -> tuple[ast.AST, str]:
+        """Where an upper triangle AND-ed with a keep-mask is reported: where this function
+        built it, when `&` reads it by the name it was bound to on an earlier line (`causal =
+        ones(t, t).triu(1)`, then `causal & keep[:, None, None, :]`) and reads it nowhere
+        else: the fix (tril) goes there. Else at the `&` (a triangle also read as it should be,
+        `masked_fill(causal, -inf)`, is right where it is built). The second part names the
+        `&`'s line when it is not the site."""
+        made, scope = tri.tri_at, self.scope.node
+        line = getattr(node, "lineno", 0)
+        if made is None or scope is None or self.scope.kind != "function" or not isinstance(
+                tri_node, ast.Name) or not (
+                getattr(scope, "lineno", 0) <= made[0] < line) or (
+                tri_node.id not in self._names_bound_at(made)):
+            return node, ""
+        reads = sum(isinstance(n, ast.Name) and n.id == tri_node.id and isinstance(
+            n.ctx, ast.Load) for n in subnodes(scope))
+        if reads != 1:
+            return node, ""
+        return _placed(made), f" at line {line}"
 
     def _triangle_site(self, mask: ast.AST) -> tuple[ast.AST, str]:
         """Where a triangle that points the wrong way for its use is reported, and how the
