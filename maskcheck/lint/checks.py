@@ -2765,11 +2765,18 @@ class Linter:
             # `self.attention_layers.append(nn.MultiheadAttention(d, h))` (SASRec's __init__,
             # directly or through a name bound to the module): a list of attention modules
             added = self.value(call.args[0])
+            listed = call.func.value.attr
             if added.mha:
-                listed = call.func.value.attr
                 self._class_scope_add(listed, value=replace(
                     self.lookup("self." + listed),
                     element_mha=added.module or "MultiheadAttention"))
+            elif self._local_classes and (parts := self._element_parts(call.args[0])):
+                # `self.layers.append(nn.ModuleList([Attention(...), FeedForward(...)]))` in a
+                # loop (lucidrains' layout, unpacked by `for attn, ff in self.layers:`); the
+                # parts of appends that differ are not known
+                known = self.lookup("self." + listed)
+                self._class_scope_add(listed, value=replace(known, element_parts=parts if (
+                    not known.element_parts or known.element_parts == parts) else ()))
         elif name == "register_buffer" and self._class_scope() is not None and len(call.args) >= 2:
             attr = call.args[0]
             if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
@@ -2996,6 +3003,8 @@ class Linter:
             elif picked := self._registry_choice(value):
                 facts = replace(facts, classes=picked)  # `block = ATTENTION_TYPES[cfg.kind]`
         elements = _container_class(value)
+        if elements is None and self._local_classes and (parts := self._nested_parts(value)):
+            facts = replace(facts, element_parts=parts)
         if elements is None and isinstance(value, ast.Call) and call_name(value) in {
                 "ModuleList", "Sequential"} and len(value.args) == 1:
             # `nn.ModuleList(attn_layers)` of a parameter every call gives a list of instances
@@ -3036,6 +3045,32 @@ class Linter:
         if attention is not None:  # `nn.ModuleList([nn.MultiheadAttention(d, h) for ...])`
             facts = replace(facts, element_mha=attention)
         return facts
+
+    def _nested_parts(self, value: ast.expr) -> tuple[Value, ...]:
+        """`nn.ModuleList([nn.ModuleList([Attention(...), FeedForward(...)]) for _ in
+        range(n)])` (x-transformers' and lucidrains' layout, unpacked by `for attn, ff in
+        self.layers:`): what each position of an element is, an instance of a class of this
+        file (what its calls do) or unknown; () for anything else."""
+        if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
+                and len(value.args) == 1 and not value.keywords and isinstance(
+                    value.args[0], (ast.ListComp, ast.GeneratorExp))):
+            return ()
+        return self._element_parts(value.args[0].elt)
+
+    def _element_parts(self, inner: ast.expr) -> tuple[Value, ...]:
+        """`nn.ModuleList([Attention(...), FeedForward(...)])` (or the bare list): what each
+        position is (see `_nested_parts`); () for anything else."""
+        if isinstance(inner, ast.Call) and call_name(inner) == "ModuleList" and len(
+                inner.args) == 1 and not inner.keywords:
+            inner = inner.args[0]
+        if not isinstance(inner, (ast.List, ast.Tuple)) or any(
+                isinstance(made, ast.Starred) for made in inner.elts):
+            return ()
+        parts = tuple(
+            Value(module=made.func.id, param_roles=self._class_roles.get(made.func.id, ()))
+            if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) and (
+                made.func.id in self._local_classes) else UNKNOWN for made in inner.elts)
+        return parts if any(parts) else ()
 
     def _dispatch_facts(self, classes: Sequence[str], roles_field: str) -> dict[str, Any]:
         """What a module that may be an instance of any of `classes` does: their forwards'
@@ -4747,8 +4782,9 @@ class Linter:
                 scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         if base.id in scope.params and _is_key_padding_name(base.id):
-            return base.id if base.id in scope.assigned and base.id in self._reshaped(
-                scope) and self.lookup(base.id) in PARAMETER_VALUES else None
+            return base.id if base.id in scope.assigned and base.id in _reshaped_params(
+                scope.node, (base.id,), padded=True) and self.lookup(
+                base.id) in PARAMETER_VALUES else None
         if base.id in scope.params:
             return None
         roots: set[str] = set()
@@ -4762,7 +4798,7 @@ class Linter:
                     return None
                 if isinstance(sub.value, ast.Constant) and sub.value.value is None:
                     continue
-                root = _reshape_root(sub.value)
+                root = _reshape_root(_padded_false(sub.value))
                 if root is None:
                     return None
                 if root != base.id:  # (`attn_mask = attn_mask.expand(...)` keeps what it is)
@@ -7002,11 +7038,12 @@ def _yield_parts(done: _Scope) -> tuple[Value, ...]:
     return tuple(parts) if any(parts) else ()
 
 
-def _reshaped_params(node: ast.AST, params: tuple[str, ...], *, combined: bool = False
-                     ) -> frozenset[str]:
+def _reshaped_params(node: ast.AST, params: tuple[str, ...], *, combined: bool = False,
+                     padded: bool = False) -> frozenset[str]:
     """The parameters a function rebinds (and it does) only as `p = p[...]` or
     `p = p.unsqueeze(1)` and the like: reshapes of themselves, values unchanged; with
-    `combined`, also as `p = p & other`, which keeps what True means."""
+    `combined`, also as `p = p & other`, which keeps what True means; with `padded`, also as
+    `p = F.pad(p, (0, n), value=False)` (see `_padded_false`)."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not params:
         return frozenset()
     rebound: dict[str, bool] = {}
@@ -7020,7 +7057,7 @@ def _reshaped_params(node: ast.AST, params: tuple[str, ...], *, combined: bool =
                         isinstance(sub, ast.AnnAssign) and target is sub.target) else None
                     rebound[name] = rebound.get(name, True) and value is not None and (
                         isinstance(target, ast.Name)) and (
-                        _reshape_root(value) == name or (
+                        _reshape_root(_padded_false(value) if padded else value) == name or (
                             combined and _combined_root(value) == name))
     return frozenset(name for name, only in rebound.items() if only)
 
@@ -7040,12 +7077,30 @@ def _combined_root(node: ast.AST) -> str | None:
 
 
 def _reshape_root(node: ast.AST) -> str | None:
-    """The name `m[:, None, :]` or `m.unsqueeze(1).expand(...)` reshapes, if one."""
-    while isinstance(node, ast.Subscript) or (
-            isinstance(node, ast.Call) and call_name(node) in _SHAPE_KEEPING
-            and receiver(node) is not None):
-        node = node.value if isinstance(node, ast.Subscript) else (receiver(node) or node)
-    return node.id if isinstance(node, ast.Name) else None
+    """The name `m[:, None, :]`, `m.unsqueeze(1).expand(...)` or einops' `rearrange(m, "b j ->
+    b 1 1 j")` reshapes, if one."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+            continue
+        inner = (receiver(node) if call_name(node) in _SHAPE_KEEPING else einops_operand(
+            node)) if isinstance(node, ast.Call) else None
+        if inner is None:
+            return node.id if isinstance(node, ast.Name) else None
+        node = inner
+
+
+def _padded_false(node: ast.AST) -> ast.AST:
+    """`m` for `F.pad(m, (0, n), value=False)` (or 0, the default): a padding mask given more
+    keys that are not padding, True still meaning padding; `node` itself otherwise."""
+    if isinstance(node, ast.Call) and dotted(node.func) in {
+            "F.pad", "torch.nn.functional.pad", "nn.functional.pad"} and len(node.args) >= 2 and (
+            not isinstance(node.args[0], ast.Starred)):
+        value = argument(node, 3, "value")
+        if value is None or (isinstance(value, ast.Constant) and value.value in (False, 0)
+                             and not isinstance(value.value, float)):
+            return node.args[0]
+    return node
 
 
 def _function_body_nodes(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:

@@ -62,3 +62,119 @@ def test_an_upper_triangle_also_read_as_a_fill_condition_is_reported_at_the_and(
         "    scores = (q @ k.transpose(-2, -1)).masked_fill(causal, float('-inf'))\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=self_mask), scores\n")
     assert found(source) == [(line_of(source, "self_mask ="), "MC521")]
+
+
+# Held-out 65's MEGABYTE: lucidrains' layout, a ModuleList of [attention, feed-forward] pairs
+# unpacked in the loop; the attention fills where its causal_mask is True, and the model's
+# triangle keeps the diagonal in it (every token loses itself, the first row is empty).
+NESTED_LAYERS = """\
+import torch
+import torch.nn as nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, causal_mask=None):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        sim = q @ k.transpose(-2, -1)
+        if causal_mask is not None:
+            sim = sim.masked_fill(causal_mask, -torch.finfo(sim.dtype).max)
+        return sim.softmax(-1) @ v
+
+
+def FeedForward(dim):
+    return nn.Sequential(nn.Linear(dim, dim), nn.GELU())
+
+
+class Transformer(nn.Module):
+    def __init__(self, dim, depth):
+        super().__init__()
+        self.layers = nn.ModuleList([
+            nn.ModuleList([Attention(dim), FeedForward(dim)]) for _ in range(depth)
+        ])
+
+    def forward(self, x):
+        n = x.shape[-2]
+        causal_mask = torch.ones((n, n), dtype=torch.bool).triu()
+        for attn, ff in self.layers:
+            x = attn(x, causal_mask=causal_mask) + x
+            x = ff(x) + x
+        return x
+"""
+
+APPENDED_LAYERS = NESTED_LAYERS.replace("""\
+        self.layers = nn.ModuleList([
+            nn.ModuleList([Attention(dim), FeedForward(dim)]) for _ in range(depth)
+        ])
+""", """\
+        self.layers = nn.ModuleList([])
+        for _ in range(depth):
+            self.layers.append(nn.ModuleList([Attention(dim), FeedForward(dim)]))
+""")
+
+
+def test_a_layer_unpacked_from_a_modulelist_of_pairs_is_followed(found: Found) -> None:
+    assert found(NESTED_LAYERS) == [(line_of(NESTED_LAYERS, ".triu()"), "MC503")]
+    fixed = NESTED_LAYERS.replace(".triu()", ".triu(1)")
+    assert found(fixed) == []
+
+
+def test_a_layer_unpacked_from_appended_pairs_is_followed(found: Found) -> None:
+    assert APPENDED_LAYERS != NESTED_LAYERS
+    assert found(APPENDED_LAYERS) == [(line_of(APPENDED_LAYERS, ".triu()"), "MC503")]
+    assert found(APPENDED_LAYERS.replace(".triu()", ".triu(1)")) == []
+
+
+def test_pairs_of_different_classes_appended_are_not_guessed(found: Found) -> None:
+    source = APPENDED_LAYERS.replace(
+        "            self.layers.append(nn.ModuleList([Attention(dim), FeedForward(dim)]))\n",
+        "            self.layers.append(nn.ModuleList([Attention(dim), FeedForward(dim)]))\n"
+        "            self.layers.append(nn.ModuleList([FeedForward(dim), Attention(dim)]))\n")
+    assert found(source) == []
+
+
+def test_a_bool_triangle_that_keeps_the_diagonal_empties_the_first_row() -> None:
+    sim = torch.zeros(3, 3).masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(),
+                                        -torch.finfo(torch.float32).max)
+    # row 0 has every key masked: softmax spreads it evenly over all of them, the future too
+    assert torch.allclose(sim.softmax(-1)[0], torch.full((3,), 1 / 3))
+
+
+# Held-out 65's Flamingo resampler: the key padding mask (True = padding) padded with False
+# for the latents and rearranged to (b, 1, 1, j), then handed to SDPA (True = may attend).
+PADDED_KEY_PADDING = """\
+import torch.nn.functional as F
+from einops import rearrange
+
+
+def resample(q, k, v, latents, key_padding_mask):
+    key_padding_mask = F.pad(key_padding_mask, (0, latents.shape[-2]), value=False)
+    key_padding_mask = rearrange(key_padding_mask, "b j -> b 1 1 j")
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding_mask)
+"""
+
+
+def test_a_key_padding_mask_padded_and_rearranged_into_sdpa_is_reported(found: Found) -> None:
+    sdpa = line_of(PADDED_KEY_PADDING, "attn_mask=key_padding_mask")
+    assert found(PADDED_KEY_PADDING) == [(sdpa, "MC502")]
+    fixed = PADDED_KEY_PADDING.replace("attn_mask=key_padding_mask", "attn_mask=~key_padding_mask")
+    assert found(fixed) == []
+
+
+def test_a_key_padding_mask_padded_with_true_is_not_read(found: Found) -> None:
+    # (padded with True, the new keys are padding: still the same convention, but the pad
+    # is no reshape the rule follows, so nothing is claimed)
+    source = PADDED_KEY_PADDING.replace("value=False", "value=True")
+    assert found(source) == []
+
+
+def test_sdpa_reads_a_padded_key_padding_mask_as_the_keys_to_attend() -> None:
+    q = k = v = torch.randn(1, 1, 2, 4)
+    padding = torch.tensor([[False, True]])  # key 1 is padding
+    wrong = F.pad(padding, (0, 0), value=False)[:, None, None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=wrong)
+    # every query attends only to key 1, the padding
+    assert torch.allclose(out, v[:, :, 1:2].expand_as(out))
