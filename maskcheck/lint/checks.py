@@ -141,6 +141,11 @@ _HALF_WORDS = re.compile(r"float16|bfloat16|half|fp16|bf16|autocast|\bamp\b")
 _DISCARDED_FILLS = frozenset({"masked_fill", "triu", "tril", "where", "masked_scatter",
                               "index_fill", "logical_not", "bitwise_not"})
 _FILLS_A_MASK = frozenset({"masked_fill", "where", "masked_scatter", "index_fill"})
+# The positional arguments each of them takes as a tensor's method: a call with more is another
+# object's method of the same name (moe_peft's `executor.index_fill(input, dim, index, value)`,
+# which fills `input` in place).
+_TENSOR_METHOD_ARGS = {"masked_fill": 2, "triu": 1, "tril": 1, "masked_scatter": 2,
+                       "index_fill": 3, "logical_not": 0, "bitwise_not": 0}
 _CELL_MARKER = re.compile(r"^# ?(?:%%|In\[)", re.MULTILINE)
 
 class Edit(NamedTuple):
@@ -903,6 +908,8 @@ class Linter:
         # are checked; and, declared before the walk, those of methods called above their
         # definition (`forward` calling `self._attend` defined below it, see `first_walk`).
         self._method_roles: dict[tuple[str, str], tuple[_Role, ...]] = {}
+        # each class's attributes bound to one of its methods (`_method_aliases`), by id
+        self._aliases: dict[int, dict[str, tuple[str, ...]]] = {}
         # (class, method) -> what `self.method` gives in the methods below it (its roles, what
         # its returns give); declared, as roles are, for a call above the definition
         # (hyunwoongko/transformer's `forward` calling `self.make_src_mask` defined below it).
@@ -2336,6 +2343,15 @@ class Linter:
                 "self." + done.name) in self.scope.values:
             self._method_values[(self.scope.name, done.name)] = self.scope.values[
                 "self." + done.name]
+            if done.method and self.scope.node is not None:
+                # `self.decode_fn = torch.compile(self._decode) if compile else self._decode`
+                # in __init__: `self.decode_fn(...)` below is a call of the method
+                aliases = self._aliases.get(id(self.scope.node))
+                if aliases is None:
+                    aliases = self._aliases[id(self.scope.node)] = _method_aliases(
+                        self.scope.node)
+                for alias in aliases.get(done.name, ()):
+                    self.scope.values["self." + alias] = self.scope.values["self." + done.name]
         if done.kind == "class" and done.name:
             # `MaskBuilders.keep_causal(n)`: a static helper of a class of this file gives what
             # its returns give, called through the class (or an alias of it)
@@ -2937,6 +2953,8 @@ class Linter:
         else:
             if name == "where":
                 return  # pandas' DataFrame.where, not a tensor's
+            if len(call.args) > _TENSOR_METHOD_ARGS.get(name, len(call.args)):
+                return  # more arguments than the tensor method takes: not a tensor's
             shown, held, fixed = f".{name}()", base, f"{{}}.{name}(...)"
         what = "the mask is never applied" if name in _FILLS_A_MASK else "nothing changes"
         target = self._text(held) if isinstance(held, (ast.Name, ast.Attribute)) else None
@@ -6437,11 +6455,16 @@ class Linter:
                             f"= padding) for {entry.param}, which line "
                             f"{getattr(where, 'lineno', call.lineno)} also reads as one: it "
                             "attends to the padding only; invert it (`~`)")
-            elif entry.direct and _says_padding(entry.param):
-                self.report("MC511", entry.use, f"{entry.param} is named as a padding mask "
+            elif _says_padding(entry.param) and (entry.direct or (
+                    entry.deep is not None and _says_padding(_reshape_root(entry.deep) or ""))):
+                # (handed on, reported where the function at the end of the chain reads its
+                # own parameter named so: held-out 64's decoder layer under `self.decode_fn`)
+                read = entry.use if entry.direct or entry.deep is None else entry.deep
+                shown = entry.param if entry.direct else _reshape_root(read) or entry.param
+                self.report("MC511", read, f"{shown} is named as a padding mask "
                             f"(True = padding) and line {call.lineno} passes one "
                             f"({self._text(arg)}), but {name}() {reads}: it attends to the "
-                            f"padding only; invert it (`~{entry.param}`)")
+                            f"padding only; invert it (`~{shown}`)")
             else:
                 # (at the comparison that made it, where the fix goes, when this function bound
                 # the name: ColBERT's `extended_attention_mask = attention_mask.eq(0)...`, or
@@ -7036,6 +7059,44 @@ def _yield_parts(done: _Scope) -> tuple[Value, ...]:
     for other in yields[1:]:
         parts = [_join(a, b) for a, b in zip(parts, other or (), strict=True)]
     return tuple(parts) if any(parts) else ()
+
+
+def _method_aliases(cls: ast.AST) -> dict[str, tuple[str, ...]]:
+    """The attributes a class binds, once and nowhere else, to one of its own methods
+    (`self.fn = self._step`, `torch.compile(self._step)`, or either in the branches of an `if`
+    expression): by method."""
+    methods = {m.name for m in getattr(cls, "body", []) if isinstance(
+        m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    bound: dict[str, list[str | None]] = {}
+    for node in subnodes(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(
+                    target.value, ast.Name) and target.value.id == "self":
+                value = node.value if isinstance(node, ast.Assign) and len(
+                    node.targets) == 1 else None
+                bound.setdefault(target.attr, []).append(
+                    _aliased_method(value, methods) if value is not None else None)
+    found: dict[str, tuple[str, ...]] = {}
+    for attr, picks in bound.items():
+        if len(picks) == 1 and picks[0] is not None and attr not in methods:
+            found[picks[0]] = (*found.get(picks[0], ()), attr)
+    return found
+
+
+def _aliased_method(value: ast.expr, methods: set[str]) -> str | None:
+    """The method of the class `value` is (`self._step`), compiled (`torch.compile(self._step,
+    ...)`), or is in every branch of an `if` expression; None for anything else."""
+    if isinstance(value, ast.IfExp):
+        sides = {_aliased_method(value.body, methods), _aliased_method(value.orelse, methods)}
+        return sides.pop() if len(sides) == 1 else None
+    if isinstance(value, ast.Call) and dotted(value.func) == "torch.compile" and value.args:
+        value = value.args[0]
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
+            value.value.id == "self") and value.attr in methods:
+        return value.attr
+    return None
 
 
 def _reshaped_params(node: ast.AST, params: tuple[str, ...], *, combined: bool = False,

@@ -178,3 +178,71 @@ def test_sdpa_reads_a_padded_key_padding_mask_as_the_keys_to_attend() -> None:
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=wrong)
     # every query attends only to key 1, the padding
     assert torch.allclose(out, v[:, :, 1:2].expand_as(out))
+
+
+# fresh48's moe-peft: an executor object's index_fill(input, dim, index, value) fills its first
+# argument in place; a tensor's index_fill takes three arguments and returns a copy.
+def test_another_objects_method_of_a_fill_name_is_not_a_discarded_fill(found: Found) -> None:
+    source = """\
+import torch
+from moe_peft.executors import executor
+
+
+def backward(grad_data, lora_range, scores, pad):
+    executor.index_fill(grad_data, 0, lora_range, 0)
+    scores.index_fill(0, lora_range, 0)
+    return grad_data, scores
+"""
+    assert found(source) == [(line_of(source, "scores.index_fill("), "MC525")]
+
+
+def test_a_tensors_index_fill_returns_a_copy() -> None:
+    scores = torch.ones(2, 3)
+    filled = scores.index_fill(0, torch.tensor([1]), 0)
+    assert scores.sum().item() == 6 and filled.sum().item() == 3
+
+
+# Held-out 64's grammar corrector: the model calls its decoder through an attribute bound in
+# __init__ to the method or to its compiled version; the decoder layer hands its own padding
+# mask (named so) to SDPA, which reads True as may attend.
+DECODE_FN = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DecoderLayer(nn.Module):
+    def forward(self, q, k, v, src_pad):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=src_pad[:, None, None, :])
+
+
+class Model(nn.Module):
+    def __init__(self, compile_decoder):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer() for _ in range(2))
+        self.decode_fn = torch.compile(self._decode) if compile_decoder else self._decode
+
+    def _decode(self, q, k, v, src_pad):
+        for layer in self.layers:
+            q = layer(q, k, v, src_pad)
+        return q
+
+    def forward(self, q, k, v, src_ids):
+        src_pad = src_ids == 0
+        return self.decode_fn(q, k, v, src_pad)
+"""
+
+
+def test_a_method_called_through_a_compiled_alias_is_followed(found: Found) -> None:
+    assert found(DECODE_FN) == [(line_of(DECODE_FN, "attn_mask=src_pad"), "MC511")]
+    fixed = DECODE_FN.replace("attn_mask=src_pad[", "attn_mask=~src_pad[")
+    assert found(fixed) == []
+
+
+def test_an_attribute_bound_to_two_methods_is_not_followed(found: Found) -> None:
+    source = DECODE_FN.replace("if compile_decoder else self._decode",
+                               "if compile_decoder else self._other").replace(
+        "    def forward(self, q, k, v, src_ids):",
+        "    def _other(self, q, k, v, src_pad):\n        return q\n\n"
+        "    def forward(self, q, k, v, src_ids):")
+    assert found(source) == []
