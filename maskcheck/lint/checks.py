@@ -7111,7 +7111,8 @@ def _aliased_method(value: ast.expr, methods: set[str]) -> str | None:
     if isinstance(value, ast.IfExp):
         sides = {_aliased_method(value.body, methods), _aliased_method(value.orelse, methods)}
         return sides.pop() if len(sides) == 1 else None
-    if isinstance(value, ast.Call) and dotted(value.func) == "torch.compile" and value.args:
+    if isinstance(value, ast.Call) and module_dotted(value.func) == "torch.compile" and (
+            value.args):
         value = value.args[0]
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
             value.value.id == "self") and value.attr in methods:
@@ -7187,7 +7188,7 @@ def _uncast(node: ast.AST) -> ast.AST:
 def _padded_false(node: ast.AST) -> ast.AST:
     """`m` for `F.pad(m, (0, n), value=False)` (or 0, the default): a padding mask given more
     keys that are not padding, True still meaning padding; `node` itself otherwise."""
-    if isinstance(node, ast.Call) and dotted(node.func) in {
+    if isinstance(node, ast.Call) and module_dotted(node.func) in {
             "F.pad", "torch.nn.functional.pad", "nn.functional.pad"} and len(node.args) >= 2 and (
             not isinstance(node.args[0], ast.Starred)):
         value = argument(node, 3, "value")
