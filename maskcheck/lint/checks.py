@@ -46,7 +46,6 @@ from maskcheck.lint.values import (
     inline_parts,
     is_eq_zero,
     is_finfo_min,
-    is_hf_mask_extension,
     is_masking_value,
     is_module_call,
     is_neg_inf,
@@ -3949,21 +3948,6 @@ class Linter:
             if self._is_scores_in_layout(other) and self._branch_float01(
                     mask_node, "it is added to the scores"):
                 return
-        for mask_node, other in ((node.right, node.left), (node.left, node.right)):
-            uncast = _uncast(mask_node)
-            added, inner = self.value(other), self.value(uncast)
-            if added.additive and not (added.zero_one or added.float01) and (
-                    inner.hf_keep or inner.hf_keep_inverted or inner.pad_keep or (
-                        inner.dtype == "int" and is_hf_mask_extension(uncast))) and not (
-                    inner.additive or self._is_mutated(mask_node)):
-                # `causal_bias + attention_mask[:, None, None, :].to(dtype)`: the tokenizer's 0/1
-                # mask (an integer one extended as Hugging Face extends it; cast to any dtype,
-                # True is 1) added to a 0/-inf one makes an additive mask that hides no padding
-                self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask (1 = real "
-                            "token) added to an additive mask: the sum adds 1 where it is 1 and "
-                            "masks no padding; turn it into 0/-inf first (`(1.0 - m) * "
-                            "torch.finfo(dtype).min`)")
-                return
 
     def _invert(self, node: ast.UnaryOp, call: ast.Call | None = None) -> None:
         """`~m` (or `torch.bitwise_not(m)`, `m.bitwise_not()`: `call`) on an integer 0/1 mask."""
@@ -7170,19 +7154,6 @@ def _reshape_root(node: ast.AST) -> str | None:
         if inner is None:
             return node.id if isinstance(node, ast.Name) else None
         node = inner
-
-
-# Casts that keep a mask's 0s and 1s (True is 1 in any of them).
-_VALUE_CASTS = frozenset({"to", "float", "half", "bfloat16", "double", "long", "int", "bool",
-                          "type", "type_as"})
-
-
-def _uncast(node: ast.AST) -> ast.AST:
-    """`m` for `m.to(dtype)`, `m.float()`, `m.type_as(x)` and chains of them."""
-    while isinstance(node, ast.Call) and call_name(node) in _VALUE_CASTS and (
-            inner := receiver(node)) is not None:
-        node = inner
-    return node
 
 
 def _padded_false(node: ast.AST) -> ast.AST:

@@ -1019,11 +1019,6 @@ def _extends_hf_mask(node: ast.Subscript) -> bool:
         _extension_key(node.slice))
 
 
-def is_hf_mask_extension(node: ast.AST) -> bool:
-    """`attention_mask[:, None, None, :]` (see `_extends_hf_mask`), for any node."""
-    return isinstance(node, ast.Subscript) and _extends_hf_mask(node)
-
-
 def _untouched_hf_zero_test(node: ast.AST, lookup: Lookup) -> bool:
     """`attention_mask == 0` (or `.eq(0)`) on a parameter whose value is not known here."""
     return is_eq_zero(node, "attention_mask") and lookup("attention_mask") in PARAMETER_VALUES

@@ -249,41 +249,6 @@ def test_an_attribute_bound_to_two_methods_is_not_followed(found: Found) -> None
     assert found(source) == []
 
 
-# Held-out 67's multi-LoRA server: the tokenizer's 0/1 mask, cast to the dtype, added to a
-# 0/-inf causal bias instead of being turned into 0/-inf first.
-ADDED_TO_A_BIAS = """\
-import torch
-
-
-def attention_bias(attention_mask, q_len, dtype):
-    kv_len = attention_mask.size(1)
-    visible = torch.ones(q_len, kv_len, dtype=torch.bool).tril(kv_len - q_len)
-    bias = torch.zeros(q_len, kv_len, dtype=dtype).masked_fill(~visible, float("-inf"))
-    return bias[None, None] + attention_mask[:, None, None, :].to(dtype)
-"""
-
-
-def test_a_tokenizer_mask_added_to_an_additive_mask_is_reported(found: Found) -> None:
-    assert found(ADDED_TO_A_BIAS) == [(line_of(ADDED_TO_A_BIAS, "return bias"), "MC508")]
-    fixed = ADDED_TO_A_BIAS.replace(
-        "attention_mask[:, None, None, :].to(dtype)",
-        "(1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min")
-    assert fixed != ADDED_TO_A_BIAS and found(fixed) == []
-
-
-def test_an_additive_mask_added_to_another_is_not_this_finding(found: Found) -> None:
-    source = ADDED_TO_A_BIAS.replace(
-        "attention_mask[:, None, None, :].to(dtype)", "attention_mask.to(dtype)")
-    assert found(source) == []
-
-
-def test_a_zero_one_mask_added_to_a_bias_hides_no_padding() -> None:
-    keep = torch.tensor([[1, 1, 0]])
-    bias = torch.zeros(3, 3).masked_fill(~torch.ones(3, 3, dtype=torch.bool).tril(), float("-inf"))
-    weights = (torch.zeros(1, 1, 3, 3) + bias + keep[:, None, None, :].float()).softmax(-1)
-    assert weights[0, 0, 2, 2] > 0  # the padded key keeps its weight
-
-
 # fresh48's qorva: top-p sampling writes `remove * float("-inf")`, a comparison times -inf,
 # into the logits: 0 * -inf is NaN at every kept token.
 def test_a_comparison_times_minus_infinity_is_reported(found: Found) -> None:
