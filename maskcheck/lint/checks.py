@@ -822,7 +822,7 @@ _SHARED = ("_tree", "_local_defs", "_local_classes", "_own_functions", "_clamps_
            "_softmax_inputs", "_parent_of", "_grad_methods", "_submodules", "_record_fields",
            "_file_float16", "_declared_methods", "_file_casts_half", "_registries",
            "_written_outside", "_instances", "_embedding_calls", "_key_axes_text",
-           "_every_call_methods", "_set_fields", "_function_spans")
+           "_every_call_methods", "_set_fields", "_function_spans", "_aliases")
 _CONTAINERS = (dict, set, list)
 _SCOPE_CONTAINERS = tuple(f.name for f in fields(_Scope) if f.default_factory is not MISSING)
 # Statements that hold no function definition: the second walk never has to start at one, so
