@@ -180,9 +180,13 @@ FINFO_MIN_SUMMED = register(RuleInfo(
     "MC513", "finfo-min-summed", W, "source",
     "Two masks filled with finfo(dtype).min added together: the sum overflows to -inf.",
     "torch.finfo(dtype).min is the most negative finite value; adding two of them overflows "
-    "to -inf (in float16 and float32 alike). Where both masks hide a position the combined "
-    "mask is -inf, and a row hidden by both becomes NaN after softmax, which the finite "
-    "minimum was chosen to avoid. Combine the masks before filling, or clamp the sum.",
+    "to -inf (in float16, bfloat16 and float32 alike). Where both masks hide a position the "
+    "combined mask is -inf. A row every key of which is hidden (a padded query) is then no "
+    "longer uniform: it puts all its weight on the keys hidden only once, padding or future "
+    "ones (transformers PR #27114), and a row whose every cell overflows is NaN after softmax, "
+    "in the outputs and the gradients (NVIDIA-NeMo/Automodel PR #2658, bfloat16 planes). Rows "
+    "of real queries that keep some key are unchanged. Combine the masks before filling, or "
+    "clamp the sum.",
     "causal = torch.zeros(n, n).masked_fill(future, torch.finfo(dtype).min)\n"
     "pad = torch.zeros(n, n).masked_fill(padding, torch.finfo(dtype).min)\n"
     "mask = causal + pad",

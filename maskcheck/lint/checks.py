@@ -488,6 +488,30 @@ def _is_true_matrix(node: ast.AST) -> bool:
     return False
 
 
+def _same_dtype_cast_source(call: ast.Call) -> ast.Call:
+    """`softmax(s, -1, dtype=torch.float32).to(q.dtype)` -> the softmax call. `.to(dtype)` and
+    `.type_as(x)` return the tensor itself when it already has that dtype (float32, the default,
+    for both), so an in-place fill of the result is one of softmax's saved output: backward
+    raises (checked on torch 2.13). A device or a copy=True can copy, so only a lone dtype
+    argument is read through."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Call):
+        return call
+    if func.attr == "type_as" and len(call.args) == 1 and not call.keywords:
+        return func.value
+    if func.attr != "to" or len(call.args) + len(call.keywords) != 1:
+        return call
+    arg = call.args[0] if call.args else (
+        call.keywords[0].value if call.keywords[0].arg == "dtype" else None)
+    if arg is None:
+        return call
+    named = dotted(arg)
+    if named is not None and (named.split(".")[-1] == "dtype" or named.endswith("_dtype")
+                              or dtype_of(arg) in {"fp32", "half", "bf16"}):
+        return func.value
+    return call
+
+
 def _is_bool_dtype(node: ast.AST | None) -> bool:
     name = None if node is None else dotted(node)
     return name is not None and name.split(".")[-1] in {"bool", "bool_"}
@@ -5455,6 +5479,10 @@ class Linter:
             return
         base = receiver(call)
         bound = self.scope.derived.get(base.id) if isinstance(base, ast.Name) else None
+        cast = ""
+        if isinstance(bound, ast.Call) and _same_dtype_cast_source(bound) is not bound:
+            bound, cast = _same_dtype_cast_source(bound), (
+                " (a cast to the dtype it already has returns the same tensor)")
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
@@ -5464,11 +5492,12 @@ class Linter:
             # softmax's backward reads its own output: overwriting it in place makes
             # backward raise (checked on torch 2.13)
             self.report("MC505", call, f"masked_fill_ on {base.id}, the output of "
-                        f"{call_name(bound, self.lookup)} that autograd saves for backward: "
+                        f"{call_name(bound, self.lookup)} that autograd saves for backward{cast}: "
                         "backward raises (modified by an inplace operation); use masked_fill")
         elif isinstance(base, ast.Call) and call_name(
-                base, self.lookup) in _SAVES_OUTPUT and self._on_grad_path() and not (
-                self._fill_detached(call)):
+                _same_dtype_cast_source(base), self.lookup) in _SAVES_OUTPUT and (
+                self._on_grad_path()) and not self._fill_detached(call):
+            base = _same_dtype_cast_source(base)
             # `torch.softmax(scores, -1).masked_fill_(mask, 0.0)`: the same, unnamed (ESPnet's
             # forward_attention once did it so)
             self.report("MC505", call, f"masked_fill_ on the output of "

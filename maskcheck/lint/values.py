@@ -2223,8 +2223,13 @@ def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast
         return None
     along = number(dim, lookup) if dim is not None else None
     layout = mask.layout if mask.layout == "BS" and along in {1, -1} else None
+    dtype = mask.dtype
+    if dtype is None and all(d.dtype == "bool" for d in described if d.all_ones):
+        # `torch.cat([torch.ones(n, dtype=torch.bool), obj_keep], 1)`: whoever joins bool ones to
+        # a keep-mask holds it bool (a float one would be promoted, True becoming 1.0)
+        dtype = "bool"
     # (a collated batch's mask joined to `mask.new_ones(...)` stays that int64 mask: MC518)
-    return Value(dtype=mask.dtype, hf_keep=mask.hf_keep, pad_keep=mask.pad_keep,
+    return Value(dtype=dtype, hf_keep=mask.hf_keep, pad_keep=mask.pad_keep,
                  keep_mask=mask.keep_mask, collated=mask.collated, layout=layout)
 
 

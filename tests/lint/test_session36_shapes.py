@@ -1,0 +1,97 @@
+"""Shapes of session 36's reach: the bad source next to the finding it must give, its correct
+form next to none, and the torch 2.13 fact it rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tests.lint.conftest import line_of
+
+Found = Callable[[str], list[tuple[int, str]]]  # the `found` fixture (conftest.py)
+
+
+# Held-out 67's draft-model layer: softmax computed in float32 and cast back to the query's
+# dtype, then zeroed in place for padded queries. In a float32 run the cast is the same tensor.
+CAST_PROBS = """\
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    def forward(self, q, k, v, query_keep):
+        scores = q @ k.transpose(-1, -2)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        probs.masked_fill_(~query_keep[:, None, :, None], 0.0)
+        return probs @ v
+"""
+
+
+def test_an_in_place_fill_of_softmax_cast_to_a_dtype_is_reported(found: Found) -> None:
+    assert found(CAST_PROBS) == [(line_of(CAST_PROBS, "masked_fill_"), "MC505")]
+    fixed = CAST_PROBS.replace("probs.masked_fill_(", "probs = probs.masked_fill(")
+    assert fixed != CAST_PROBS and found(fixed) == []
+
+
+@pytest.mark.parametrize("cast", [".type_as(q)", ".to(dtype=q.dtype)", ".to(torch.float32)"])
+def test_other_casts_to_a_dtype_read_through(found: Found, cast: str) -> None:
+    source = CAST_PROBS.replace(".to(q.dtype)", cast)
+    assert found(source) == [(line_of(source, "masked_fill_"), "MC505")]
+
+
+@pytest.mark.parametrize("move", ['.to("cuda")', ".to(q.device)", ".to(q.dtype, copy=True)",
+                                  ".clone()"])
+def test_a_move_or_a_copy_is_not_read_through(found: Found, move: str) -> None:
+    # a device move or a copy is a new tensor: filling it in place leaves softmax's output alone
+    source = CAST_PROBS.replace(".to(q.dtype)", move)
+    assert source != CAST_PROBS and found(source) == []
+
+
+def test_a_cast_to_its_own_dtype_returns_softmax_output_and_backward_raises() -> None:
+    scores = torch.randn(2, 3, requires_grad=True)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(torch.float32)
+    probs.masked_fill_(torch.tensor([True, False, False]), 0.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        probs.sum().backward()
+    # a cast that changes the dtype copies: the fill leaves the saved output alone
+    half = torch.softmax(scores.half(), -1, dtype=torch.float32).to(torch.float16)
+    half.masked_fill_(torch.tensor([True, False, False]), 0.0)
+    half.float().sum().backward()
+    assert scores.grad is not None
+
+
+# Held-out 66's layout-grounding layer: bool ones for the visual tokens joined to the objects'
+# keep-mask, then added to the scores.
+JOINED_KEEP = """\
+import torch
+
+
+def gated_attention(q, k, x, obj_keep):
+    keep = torch.cat([torch.ones(x.shape[:2], dtype=torch.bool), obj_keep], dim=1)
+    sim = torch.einsum("bhid,bhjd->bhij", q, k)
+    sim = sim + keep[:, None, None, :]
+    return sim.softmax(dim=-1)
+"""
+
+
+def test_bool_ones_joined_to_a_keep_mask_added_to_scores_is_reported(found: Found) -> None:
+    assert found(JOINED_KEEP) == [(line_of(JOINED_KEEP, "sim + keep"), "MC509")]
+    fixed = JOINED_KEEP.replace("sim = sim + keep[:, None, None, :]",
+                                "sim = sim.masked_fill(~keep[:, None, None, :], -torch.inf)")
+    assert fixed != JOINED_KEEP and found(fixed) == []
+
+
+def test_float_ones_joined_to_a_keep_mask_are_not_called_bool(found: Found) -> None:
+    source = JOINED_KEEP.replace("dtype=torch.bool", "dtype=torch.float32")
+    assert source != JOINED_KEEP and "MC509" not in {code for _, code in found(source)}
+
+
+def test_a_bool_keep_mask_added_to_scores_masks_nothing() -> None:
+    sim = torch.zeros(1, 1, 1, 3)
+    keep = torch.tensor([True, True, False])
+    added = (sim + keep).softmax(-1)
+    # the hidden key keeps weight: True adds 1.0, False adds 0.0
+    assert added[0, 0, 0, 2] > 0.1
+    assert (sim + keep).dtype == torch.float32
