@@ -2718,8 +2718,11 @@ class Linter:
                 note_import(alias.name, None, alias.asname)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if node.module and not node.level:
-                    note_import(node.module, alias.name, alias.asname)
+                if node.module or node.level:
+                    # a relative import (`from .transformer import TransformerEncoder`) is the
+                    # project's own class, whatever torch name it shares (vocex)
+                    note_import("." * node.level + (node.module or ""), alias.name,
+                                alias.asname)
                 local = alias.asname or alias.name
                 if alias.name in _API_NAMES:
                     self.scope.values[local] = Value(api=alias.name)

@@ -95,3 +95,29 @@ def test_a_bool_keep_mask_added_to_scores_masks_nothing() -> None:
     # the hidden key keeps weight: True adds 1.0, False adds 0.0
     assert added[0, 0, 0, 2] > 0.1
     assert (sim + keep).dtype == torch.float32
+
+
+# fresh51's vocex: its own TransformerEncoder, imported relatively, drops the padding mask
+# before attention; what torch's class does with a float key padding mask does not apply.
+OWN_ENCODER = """\
+import torch
+from torch import nn
+from .transformer import TransformerEncoder
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = TransformerEncoder(nn.Linear(8, 8), num_layers=2)
+
+    def forward(self, mel):
+        pad = (mel.sum(dim=-1) != 0).to(mel.dtype)
+        return self.layers(mel, src_key_padding_mask=pad)
+"""
+
+
+def test_a_relatively_imported_encoder_is_the_projects_own(found: Found) -> None:
+    assert found(OWN_ENCODER) == []
+    torch_own = OWN_ENCODER.replace("from .transformer import TransformerEncoder",
+                                    "from torch.nn import TransformerEncoder")
+    assert found(torch_own) == [(line_of(torch_own, "src_key_padding_mask=pad"), "MC508")]
