@@ -121,3 +121,47 @@ def test_a_relatively_imported_encoder_is_the_projects_own(found: Found) -> None
     torch_own = OWN_ENCODER.replace("from .transformer import TransformerEncoder",
                                     "from torch.nn import TransformerEncoder")
     assert found(torch_own) == [(line_of(torch_own, "src_key_padding_mask=pad"), "MC508")]
+
+
+# Held-out 68's VALL-E decoder: a True triu with diagonal 0 handed to a decoder layer whose
+# parameter goes to MultiheadAttention as attn_mask (True = masked).
+TRIANGLE_TO_LAYER = """\
+import torch
+import torch.nn as nn
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d, 2, batch_first=True)
+
+    def forward(self, x, mask):
+        return x + self.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class Decoder(nn.Module):
+    def __init__(self, d=8, n=2):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(d) for _ in range(n))
+
+    def forward(self, x):
+        t = x.size(1)
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=0)
+        for layer in self.layers:
+            x = layer(x, causal)
+        return x
+"""
+
+
+def test_a_diagonal_zero_triangle_handed_to_an_mha_layer_is_reported(found: Found) -> None:
+    assert found(TRIANGLE_TO_LAYER) == [(line_of(TRIANGLE_TO_LAYER, "diagonal=0"), "MC503")]
+    fixed = TRIANGLE_TO_LAYER.replace("diagonal=0", "diagonal=1")
+    assert found(fixed) == []
+
+
+def test_a_diagonal_zero_triangle_in_mha_leaves_the_first_query_nothing() -> None:
+    mha = torch.nn.MultiheadAttention(4, 1, batch_first=True)
+    x = torch.randn(1, 3, 4)
+    wrong = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=0)
+    _, weights = mha(x, x, x, attn_mask=wrong)
+    assert torch.isnan(weights[0, 0]).all()  # query 0 hides every key, itself included
