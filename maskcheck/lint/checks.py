@@ -6180,14 +6180,14 @@ class Linter:
                             "hides the past and shows the future; use triu(..., diagonal=1)",
                             echo_of=facts.tri_at[0] if facts.tri_at else None)
                 return
+            # a True triu with diagonal 0 handed to a layer that gives it to MultiheadAttention
+            # (VALL-E's `layer(xy_pos, attn_mask)`): the diagonal is hidden too, reported where
+            # the triangle is made (once)
             if facts.dtype == "bool" and facts.tri == "upper" and facts.tri_at is not None and (
-                    facts.tri_at not in self._triangles_told):
-                # a True triu with diagonal 0 handed to a layer that gives it to
-                # MultiheadAttention (VALL-E's `layer(xy_pos, attn_mask)`): the diagonal is
-                # hidden too, reported where the triangle is made (once)
-                if self._diagonal_zero_triu_at(facts.tri_at):
-                    self._triangles_told.add(facts.tri_at)
-                    return
+                    facts.tri_at not in self._triangles_told) and self._diagonal_zero_triu_at(
+                    facts.tri_at):
+                self._triangles_told.add(facts.tri_at)
+                return
 
     def _mask_added_or_multiplied(self, call: ast.Call, name: str,
                                   by_role: dict[str, list[ast.expr]]) -> bool:
