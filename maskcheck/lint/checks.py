@@ -4247,13 +4247,25 @@ class Linter:
             return facts.hf_keep or facts.hf_keep_inverted or facts.zero_one
         return self._float_zero_one(node)
 
+    def _cast_zero_one(self, node: ast.AST) -> bool:
+        """A comparison cast to a dtype this function does not know (SpeechBrain's
+        `length_to_mask(...)`: `torch.as_tensor(mask, dtype=dtype)`): 0s and 1s whatever the
+        dtype, and a product with 0 is 0 in every one. Read as the mask of a product only (a
+        later product by one is not taken for a re-masking)."""
+        if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+            return False
+        facts = self.value(node)
+        return facts.dtype is None and facts.zero_one and not facts.additive and not (
+            self._is_mutated(node))
+
     def _masking_product(self, node: ast.BinOp) -> ast.expr | None:
         """`scores * keep` with `keep` a 0/1 mask and `scores` a tensor that is not one: the
         mask operand."""
         if not isinstance(node.op, ast.Mult):
             return None
         for mask, other in ((node.right, node.left), (node.left, node.right)):
-            if (self._zero_one_mask(mask) or self._untouched_hf_name(mask)) and (
+            if (self._zero_one_mask(mask) or self._cast_zero_one(mask)
+                    or self._untouched_hf_name(mask)) and (
                     _tensor_operand(other)) and not (
                     _names_a_mask(other) or self._zero_one_mask(other)
                     or self.value(other).dtype in {"bool", "int"}):

@@ -1944,7 +1944,10 @@ def _describe_factory(
         # keep)` of a numpy mask: the same values, and the same dtype unless one is given
         # (`dtype=ids.dtype`, not known here: not the array's)
         given = kwarg(call, "dtype") is not None
-        return replace(held, tensor=True, dtype=dtype_kw if given else held.dtype)
+        # (a bool cast to a dtype not known here holds 0s and 1s, as `.to(dtype)` does)
+        cast01 = given and dtype_kw is None and held.dtype == "bool"
+        return replace(held, tensor=True, dtype=dtype_kw if given else held.dtype,
+                       zero_one=held.zero_one or cast01)
     if name in {"tensor", "as_tensor", "LongTensor"} and call.args and (
             padded := _list_padding(call.args[0])) is not None:
         # `torch.tensor([s + [PAD] * (n - len(s)) for s in seqs])`: ids padded with PAD

@@ -165,3 +165,48 @@ def test_a_diagonal_zero_triangle_in_mha_leaves_the_first_query_nothing() -> Non
     wrong = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=0)
     _, weights = mha(x, x, x, attn_mask=wrong)
     assert torch.isnan(weights[0, 0]).all()  # query 0 hides every key, itself included
+
+
+# Held-out 68's ECAPA pooling: SpeechBrain's `length_to_mask`, a comparison cast to a dtype
+# the helper is given (or the lengths' own), multiplied into the attention logits.
+CAST_MASK_PRODUCT = """\
+import torch
+import torch.nn.functional as F
+
+
+def length_to_mask(length, max_len, dtype=None, device=None):
+    mask = torch.arange(max_len, device=length.device).expand(len(length), max_len) < (
+        length.unsqueeze(1))
+    if dtype is None:
+        dtype = length.dtype
+    return torch.as_tensor(mask, dtype=dtype, device=device)
+
+
+def attentive_pool(x, attn, lengths):
+    L = x.shape[-1]
+    mask = length_to_mask(lengths * L, max_len=L, device=x.device).unsqueeze(1)
+    attn = attn * mask
+    attn = F.softmax(attn, dim=2)
+    return (x * attn).sum(dim=2)
+"""
+
+
+def test_a_cast_comparison_multiplied_into_logits_is_reported(found: Found) -> None:
+    assert found(CAST_MASK_PRODUCT) == [(line_of(CAST_MASK_PRODUCT, "attn * mask"), "MC520")]
+    fixed = CAST_MASK_PRODUCT.replace("attn = attn * mask",
+                                      'attn = attn.masked_fill(mask == 0, float("-inf"))')
+    assert found(fixed) == []
+
+
+def test_a_cast_mask_multiplied_after_softmax_is_not_reported(found: Found) -> None:
+    after = CAST_MASK_PRODUCT.replace(
+        "    attn = attn * mask\n    attn = F.softmax(attn, dim=2)\n",
+        "    attn = F.softmax(attn, dim=2) * mask\n    attn = attn / attn.sum(2, keepdim=True)\n")
+    assert after != CAST_MASK_PRODUCT and found(after) == []
+
+
+def test_a_zeroed_logit_keeps_weight_after_softmax() -> None:
+    attn = torch.tensor([[2.0, 1.0, 3.0]])
+    mask = torch.as_tensor(torch.tensor([[True, True, False]]), dtype=torch.float32)
+    weights = torch.softmax(attn * mask, dim=-1)
+    assert weights[0, 2] > 0.05  # the hidden key gets exp(0) of weight
