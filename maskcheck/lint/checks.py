@@ -1488,6 +1488,8 @@ class Linter:
 
     def _bind_element(self, name: str, iterated: Value) -> None:
         """Bind a loop variable to what one element of the iterated container is."""
+        for key, part in iterated.element_keys:
+            self.bind(f'{name}["{key}"]', part)  # `layer["attn"](x, attn_mask=m)`
         roles, module = iterated.element_roles, iterated.element_module
         defs = iterated.element_defs if module is None else ()
         if roles or module or defs:  # `for layer in self.layers:` over instances of a class
@@ -1813,6 +1815,11 @@ class Linter:
         """`_callee_key`, or for `ATTENTION_FUNCTIONS[backend](...)` / `self.attn[impl](...)`
         each definition the container holds."""
         if isinstance(call.func, ast.Subscript):
+            keyed = self.value(call.func)
+            if isinstance(call.func.slice, ast.Constant) and isinstance(
+                    call.func.slice.value, str) and keyed.module in self._local_classes:
+                # `layer["attn"](x, mask)` of a ModuleDict element (`element_keys`)
+                return ((keyed.module or "", "forward"),)
             held = self.value(call.func.value)
             if not held.element_defs and held.element_module in self._local_classes:
                 # `self.layers[i](x, mask)` of `nn.ModuleList(Layer(d) for _ in range(n))`
@@ -2753,6 +2760,13 @@ class Linter:
                 picked = self.value(call.func.value).element_roles
                 if picked:
                     self._helper_call(call, picked)
+                elif isinstance(call.func.slice, ast.Constant) and isinstance(
+                        call.func.slice.value, str):
+                    # `layer["attn"](x, attn_mask=m)` of a ModuleDict element (`element_keys`)
+                    keyed = self.value(call.func)
+                    roles = keyed.param_roles or self._class_roles.get(keyed.module or "", ())
+                    if roles:
+                        self._helper_call(call, roles)
             return
         if name in _LIST_GROWS and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
@@ -3050,6 +3064,8 @@ class Linter:
         elements = _container_class(value)
         if elements is None and self._local_classes and (parts := self._nested_parts(value)):
             facts = replace(facts, element_parts=parts)
+        if elements is None and self._local_classes and (keyed := self._nested_keys(value)):
+            facts = replace(facts, element_keys=keyed)
         if elements is None and isinstance(value, ast.Call) and call_name(value) in {
                 "ModuleList", "Sequential"} and len(value.args) == 1:
             # `nn.ModuleList(attn_layers)` of a parameter every call gives a list of instances
@@ -3101,6 +3117,27 @@ class Linter:
                     value.args[0], (ast.ListComp, ast.GeneratorExp))):
             return ()
         return self._element_parts(value.args[0].elt)
+
+    def _nested_keys(self, value: ast.expr) -> tuple[tuple[str, Value], ...]:
+        """`nn.ModuleList(nn.ModuleDict({"attn": Attention(...), "ffn": ...}) for _ in
+        range(n))`: what each key of an element is, an instance of a class of this file (what
+        its calls do); () for anything else, or where no key holds such an instance."""
+        if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
+                and len(value.args) == 1 and not value.keywords and isinstance(
+                    value.args[0], (ast.ListComp, ast.GeneratorExp))):
+            return ()
+        inner = value.args[0].elt
+        if not (isinstance(inner, ast.Call) and call_name(inner) == "ModuleDict" and len(
+                inner.args) == 1 and not inner.keywords and isinstance(inner.args[0], ast.Dict)):
+            return ()
+        keyed = tuple(
+            (key.value, Value(module=made.func.id,
+                              param_roles=self._class_roles.get(made.func.id, ())))
+            for key, made in zip(inner.args[0].keys, inner.args[0].values, strict=True)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(
+                made, ast.Call) and isinstance(made.func, ast.Name) and (
+                made.func.id in self._local_classes))
+        return keyed
 
     def _element_parts(self, inner: ast.expr) -> tuple[Value, ...]:
         """`nn.ModuleList([Attention(...), FeedForward(...)])` (or the bare list): what each

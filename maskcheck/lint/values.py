@@ -162,6 +162,9 @@ class Value:
     # call, `model(**batch)`, takes the keys of the dict it returns only if it is a function of
     # this file)
     element_dict: str | None = None
+    # nn.ModuleList of nn.ModuleDict literals (`{"attn": Attention(...), "ffn": ...}`, SpeechBrain's
+    # and ESPnet's layout): what each key of an element is, read as `layer["attn"]` in a loop
+    element_keys: tuple[tuple[str, Any], ...] = ()
     # The dict a function of this file returns with a mask among its keys (`batch =
     # collate(rows)`), by the function's name: spread into a call (`model(**batch)`), also
     # where it is handed to another function first (`align(model, batch)`), it gives that
@@ -2360,6 +2363,12 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         additive = base.zero_one is False and value is not None and is_masking_value(
             value, lookup) and base.dtype != "bool"
         condition = argument(call, 0, "mask")
+        if value is not None and number(value, lookup) == 0 and _fills_ones_after_zeros(
+                call, lookup):
+            # `mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, 0.0)`
+            # (the PyTorch tutorial's `generate_square_subsequent_mask`, SpeechBrain's
+            # `get_lookahead_mask`): the 0s became -inf, then the 1s 0: a 0/-inf mask
+            return Value(dtype=base.dtype, additive=True)
         if base.additive and value is not None and number(value, lookup) == 0:
             # `.masked_fill(m != 0, -inf).masked_fill(m == 0, 0.0)` (Swin's and Pangu's shifted
             # window masks): 0 is an additive mask's own "keep"
@@ -2380,6 +2389,29 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
     if name in _BOOL_TESTS:
         return Value(dtype="bool")  # `x.isfinite()`: a bool tensor, as `torch.isfinite(x)`
     return UNKNOWN
+
+
+def _compared_with(condition: ast.AST | None, constant: float) -> str | None:
+    """`x` (dotted) for `x == constant`; None for anything else."""
+    if isinstance(condition, ast.Compare) and len(condition.ops) == 1 and isinstance(
+            condition.ops[0], ast.Eq) and number(condition.comparators[0]) == constant:
+        return dotted(condition.left)
+    return None
+
+
+def _fills_ones_after_zeros(call: ast.Call, lookup: Lookup) -> bool:
+    """`m01.masked_fill(x == 0, -inf).masked_fill(x == 1, 0.0)` with `m01` a 0/1 tensor: the
+    call (the second fill) leaves 0 where x is 1 and -inf where it is 0."""
+    inner = receiver(call)
+    if not (isinstance(inner, ast.Call) and call_name(inner) == "masked_fill"):
+        return False
+    first_fill = argument(inner, 1, "value")
+    start = receiver(inner)
+    ones = _compared_with(argument(call, 0, "mask"), 1)
+    return ones is not None and ones == _compared_with(argument(inner, 0, "mask"), 0) and (
+        first_fill is not None and is_masking_value(first_fill, lookup)) and (
+        start is not None and (describe(start, lookup).zero_one
+                               or describe(start, lookup).float01))
 
 
 def _nonzero_of(condition: ast.AST, base: ast.AST | None) -> bool:

@@ -210,3 +210,56 @@ def test_a_zeroed_logit_keeps_weight_after_softmax() -> None:
     mask = torch.as_tensor(torch.tensor([[True, True, False]]), dtype=torch.float32)
     weights = torch.softmax(attn * mask, dim=-1)
     assert weights[0, 2] > 0.05  # the hidden key gets exp(0) of weight
+
+
+# Held-out 68's SepFormer block: SpeechBrain's `get_lookahead_mask` (the PyTorch tutorial's
+# `generate_square_subsequent_mask`), handed to layers of a ModuleList of ModuleDicts, whose
+# attention multiplies its scores by it.
+DICT_LAYERS = """\
+import torch
+import torch.nn as nn
+
+
+def get_lookahead_mask(x):
+    n = x.shape[1]
+    mask = (torch.triu(torch.ones((n, n), device=x.device)) == 1).transpose(0, 1)
+    mask = mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, float(0.0))
+    return mask.detach().to(x.device)
+
+
+class SelfAttention(nn.Module):
+    def forward(self, x, attn_mask=None):
+        scores = x @ x.transpose(-1, -2)
+        if attn_mask is not None:
+            scores = scores * attn_mask
+        return scores.softmax(dim=-1) @ x
+
+
+class Block(nn.Module):
+    def __init__(self, n, causal=True):
+        super().__init__()
+        self.causal = causal
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({"attn": SelfAttention(), "norm": nn.LayerNorm(4)}) for _ in range(n))
+
+    def forward(self, x):
+        src_mask = get_lookahead_mask(x) if self.causal else None
+        for layer in self.layers:
+            x = x + layer["attn"](layer["norm"](x), attn_mask=src_mask)
+        return x
+"""
+
+
+def test_an_additive_mask_reaching_a_module_dict_layer_that_multiplies_it(found: Found) -> None:
+    assert found(DICT_LAYERS) == [(line_of(DICT_LAYERS, "scores * attn_mask"), "MC523")]
+    fixed = DICT_LAYERS.replace("scores * attn_mask", "scores + attn_mask")
+    assert found(fixed) == []
+
+
+def test_the_tutorial_mask_is_zero_and_minus_inf() -> None:
+    n = 3
+    mask = (torch.triu(torch.ones((n, n))) == 1).transpose(0, 1)
+    mask = mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, 0.0)
+    assert set(mask.flatten().tolist()) == {0.0, float("-inf")}
+    scores = torch.randn(n, n)
+    assert torch.isnan((scores * mask).softmax(-1)).any()  # 0 * -inf, and -inf rows
