@@ -4292,8 +4292,8 @@ class Linter:
         if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
             return False
         facts = self.value(node)
-        return facts.dtype is None and facts.zero_one and not facts.additive and not (
-            self._is_mutated(node))
+        return facts.dtype is None and facts.zero_one and not (
+            facts.additive or facts.all_ones or facts.zeros) and not self._is_mutated(node)
 
     def _masking_product(self, node: ast.BinOp) -> ast.expr | None:
         """`scores * keep` with `keep` a 0/1 mask and `scores` a tensor that is not one: the

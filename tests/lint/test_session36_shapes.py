@@ -261,5 +261,9 @@ def test_the_tutorial_mask_is_zero_and_minus_inf() -> None:
     mask = (torch.triu(torch.ones((n, n))) == 1).transpose(0, 1)
     mask = mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, 0.0)
     assert set(mask.flatten().tolist()) == {0.0, float("-inf")}
-    scores = torch.randn(n, n)
-    assert torch.isnan((scores * mask).softmax(-1)).any()  # 0 * -inf, and -inf rows
+    scores = torch.tensor([[2.0, 1.0, -1.0], [0.5, 3.0, 1.0], [1.0, 2.0, 4.0]])
+    # multiplied: the kept scores become 0 (row 2 is uniform, its scores lost) and a negative
+    # score above the diagonal becomes +inf (row 0 is NaN)
+    weights = (scores * mask).softmax(-1)
+    assert torch.isnan(weights[0]).all()
+    assert torch.allclose(weights[2], torch.full((3,), 1 / 3))
