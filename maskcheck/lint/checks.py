@@ -4291,6 +4291,13 @@ class Linter:
         later product by one is not taken for a re-masking)."""
         if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
             return False
+        if isinstance(node, ast.Call) and call_name(node) == "float" and not node.args and (
+                (held := receiver(node)) is not None and isinstance(
+                    held, (ast.Name, ast.Attribute, ast.Subscript)) and _names_a_mask(held)) and (
+                not self.value(held).additive) and not self._is_mutated(held):
+            # `softmax(scores * node_mask.float())`: a mask made float is its 0/1 (a bool or
+            # int mask) or, were it additive, no better multiplied
+            return True
         facts = self.value(node)
         return facts.dtype is None and facts.zero_one and not (
             facts.additive or facts.all_ones or facts.zeros) and not self._is_mutated(node)

@@ -2042,7 +2042,12 @@ def _describe_factory(
             # two Python scalars: torch's default dtype; 0 and -inf make an additive mask
             masking = any(is_masking_value(x, lookup) for x in (a, b)) and any(
                 number(x, lookup) == 0 for x in (a, b))
-            return Value(dtype="fp32", additive=masking)
+            zero_one = {number(a, lookup), number(b, lookup)} == {0.0, 1.0}
+            return Value(dtype="fp32", additive=masking, float01=zero_one, zero_one=zero_one)
+        if {_one_element_tensor(a), _one_element_tensor(b)} == {0.0, 1.0}:
+            # `torch.where(seq > 0, torch.tensor([1.0]), torch.tensor([0.0]))` (NARM's mask): a
+            # float 0/1 mask
+            return Value(dtype="fp32", float01=True, zero_one=True)
         return UNKNOWN
     if name in {"logical_not", "logical_and", "logical_or"} and call.args:
         base = describe(call.args[0], lookup)
@@ -2064,6 +2069,20 @@ def _describe_factory(
         return Value(dtype=dtype_kw or describe(call.args[0], lookup).dtype)
     if name in _KEEPS_DTYPE and call.args:
         return _float_dtype_of(describe(call.args[0], lookup), call, name)
+    return None
+
+
+def _one_element_tensor(node: ast.AST) -> float | None:
+    """The float of `torch.tensor([1.0])` / `torch.tensor(0.0)` (a float literal, so float32);
+    None for anything else."""
+    if not (isinstance(node, ast.Call) and call_name(node) == "tensor" and len(node.args) == 1
+            and all(kw.arg == "device" for kw in node.keywords)):
+        return None
+    held = node.args[0]
+    if isinstance(held, (ast.List, ast.Tuple)) and len(held.elts) == 1:
+        held = held.elts[0]
+    if isinstance(held, ast.Constant) and type(held.value) is float:
+        return held.value
     return None
 
 

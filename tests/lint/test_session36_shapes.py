@@ -267,3 +267,45 @@ def test_the_tutorial_mask_is_zero_and_minus_inf() -> None:
     weights = (scores * mask).softmax(-1)
     assert torch.isnan(weights[0]).all()
     assert torch.allclose(weights[2], torch.full((3,), 1 / 3))
+
+
+# Held-out 70's drug-interaction readout and held-out 71's NARM: a mask made float, or a 0/1
+# float built by torch.where, multiplied into the scores softmax reads.
+READOUT = """\
+import torch
+
+
+def readout(scores, h, node_mask):
+    weights = torch.softmax(scores * node_mask.float(), dim=-1)
+    return torch.einsum("bn,bnd->bd", weights, h)
+
+
+def narm(scores, seq):
+    mask = torch.where(seq > 0, torch.tensor([1.0]), torch.tensor([0.0]))
+    return torch.softmax(scores * mask, dim=1)
+"""
+
+
+def test_a_float_mask_multiplied_into_softmax_logits_is_reported(found: Found) -> None:
+    assert found(READOUT) == [(line_of(READOUT, "node_mask.float()"), "MC520"),
+                              (line_of(READOUT, "scores * mask"), "MC520")]
+
+
+def test_the_same_products_renormalised_after_softmax_are_silent(found: Found) -> None:
+    # allennlp's masked_softmax: softmax(x * m) * m, renormalised
+    renormalised = READOUT.replace(
+        "    weights = torch.softmax(scores * node_mask.float(), dim=-1)\n",
+        "    weights = torch.softmax(scores * node_mask.float(), dim=-1) * node_mask.float()\n"
+        "    weights = weights / (weights.sum(-1, keepdim=True) + 1e-13)\n").replace(
+        "    return torch.softmax(scores * mask, dim=1)\n",
+        "    alpha = torch.softmax(scores * mask, dim=1) * mask\n"
+        "    return alpha / (alpha.sum(1, keepdim=True) + 1e-13)\n")
+    assert renormalised != READOUT and found(renormalised) == []
+
+
+def test_where_of_one_and_zero_tensors_is_a_float_zero_one_mask() -> None:
+    seq = torch.tensor([[3, 5, 0]])
+    mask = torch.where(seq > 0, torch.tensor([1.0]), torch.tensor([0.0]))
+    assert mask.dtype == torch.float32 and mask.tolist() == [[1.0, 1.0, 0.0]]
+    alpha = torch.softmax(torch.tensor([[1.0, 2.0, 3.0]]) * mask, dim=1)
+    assert alpha[0, 2] > 0.03  # the padded item keeps exp(0) of weight
