@@ -309,3 +309,40 @@ def test_where_of_one_and_zero_tensors_is_a_float_zero_one_mask() -> None:
     assert mask.dtype == torch.float32 and mask.tolist() == [[1.0, 1.0, 0.0]]
     alpha = torch.softmax(torch.tensor([[1.0, 2.0, 3.0]]) * mask, dim=1)
     assert alpha[0, 2] > 0.03  # the padded item keeps exp(0) of weight
+
+
+# The same triangle filled by the layer it is handed to (TiSASRec-style attention layers kept in
+# a ModuleList appended in a loop).
+TRIANGLE_FILLED_BY_LAYER = """\
+import torch
+import torch.nn as nn
+
+
+class Attn(nn.Module):
+    def forward(self, q, k, attn_mask):
+        w = q @ k.transpose(1, 2)
+        w = w.masked_fill(attn_mask, -1e4)
+        return w.softmax(-1)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(2):
+            self.layers.append(Attn())
+
+    def forward(self, x):
+        t = x.shape[1]
+        causal = torch.triu(torch.ones((t, t), dtype=torch.bool))
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, x, causal)
+        return x
+"""
+
+
+def test_a_diagonal_zero_triangle_filled_by_the_layer_it_is_handed_to(found: Found) -> None:
+    assert found(TRIANGLE_FILLED_BY_LAYER) == [
+        (line_of(TRIANGLE_FILLED_BY_LAYER, "torch.triu"), "MC503")]
+    fixed = TRIANGLE_FILLED_BY_LAYER.replace("dtype=torch.bool))", "dtype=torch.bool), 1)")
+    assert fixed != TRIANGLE_FILLED_BY_LAYER and found(fixed) == []
