@@ -311,8 +311,7 @@ def test_where_of_one_and_zero_tensors_is_a_float_zero_one_mask() -> None:
     assert alpha[0, 2] > 0.03  # the padded item keeps exp(0) of weight
 
 
-# The same triangle filled by the layer it is handed to (TiSASRec-style attention layers kept in
-# a ModuleList appended in a loop).
+# The same triangle filled by the layer it is handed to (a TiSASRec-style attention layer).
 TRIANGLE_FILLED_BY_LAYER = """\
 import torch
 import torch.nn as nn
@@ -328,16 +327,12 @@ class Attn(nn.Module):
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.layers = nn.ModuleList()
-        for _ in range(2):
-            self.layers.append(Attn())
+        self.attn = Attn()
 
     def forward(self, x):
         t = x.shape[1]
         causal = torch.triu(torch.ones((t, t), dtype=torch.bool))
-        for i in range(len(self.layers)):
-            x = self.layers[i](x, x, causal)
-        return x
+        return self.attn(x, x, causal)
 """
 
 
