@@ -6222,14 +6222,6 @@ class Linter:
                             f"diagonal, but {name}() fills where its mask is True: it "
                             "masks the past, not the future; use triu(..., diagonal=1)")
                 return
-            # a True triu with diagonal 0 as the fill condition of the function it is handed to
-            # (TiSASRec's `torch.where(attn_mask, paddings, attn_weights)`): each query loses
-            # itself, reported where the triangle is made (once)
-            if facts.dtype == "bool" and facts.tri == "upper" and facts.tri_at is not None and (
-                    facts.tri_at not in self._triangles_told) and self._diagonal_zero_triu_at(
-                    facts.tri_at):
-                self._triangles_told.add(facts.tri_at)
-                return
         for mask in by_role.get("tri", []):
             facts = self.value(mask)
             if facts.dtype == "bool" and facts.tri in {"lower", "slower"} and (

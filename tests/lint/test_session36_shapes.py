@@ -311,7 +311,8 @@ def test_where_of_one_and_zero_tensors_is_a_float_zero_one_mask() -> None:
     assert alpha[0, 2] > 0.03  # the padded item keeps exp(0) of weight
 
 
-# The same triangle filled by the layer it is handed to (a TiSASRec-style attention layer).
+# The same triangle filled by the layer it is handed to (a TiSASRec-style attention layer): a guard,
+# found before this session too, at the triangle.
 TRIANGLE_FILLED_BY_LAYER = """\
 import torch
 import torch.nn as nn
