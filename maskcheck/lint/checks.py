@@ -99,6 +99,9 @@ _NOT_SCORE_TOKENS = frozenset({
     "size", "sizes", "idx", "index", "indices", "ids", "loss", "losses", "acc", "sample",
     "samples", "class", "token", "tokens", "pos", "position", "positions"})
 _SIM_TOKENS = frozenset({"sim", "sims", "similarity", "similarities", "cos"})
+# nn.MultiheadAttention.forward's keywords (torch 2.13)
+_MHA_FORWARD_KEYWORDS = frozenset({"query", "key", "value", "key_padding_mask", "need_weights",
+                                   "attn_mask", "average_attn_weights", "is_causal"})
 # nn.MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask)
 _MHA_KEY_PADDING_INDEX = 3
 _MHA_ATTN_MASK_INDEX = 5
@@ -3252,6 +3255,11 @@ class Linter:
             read = inline_parts(helper.inline, helper.parts, call, self.lookup)
             if read:
                 return read
+        if isinstance(func, ast.Name) and func.id == "to_dense_batch" and (
+                len(helper.parts) != 2 or not helper.parts[1].layout):
+            # torch_geometric.utils.to_dense_batch (or a copy of it): (dense nodes, a bool
+            # (batch, max_nodes) mask, True at real nodes)
+            return (UNKNOWN, Value(dtype="bool", keep_mask=True, layout="BS"))
         return helper.parts
 
     def _forget_targets(self, target: ast.AST) -> None:
@@ -5052,6 +5060,12 @@ class Linter:
     def _mha_call(self, call: ast.Call, module: str | None = None) -> None:
         """nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask), or the
         positional layout of the nn.Transformer* module the call's receiver was built as."""
+        if (module or "MultiheadAttention") == "MultiheadAttention" and any(
+                kw.arg is not None and kw.arg not in _MHA_FORWARD_KEYWORDS for kw in call.keywords):
+            # a keyword MultiheadAttention.forward does not take (`self.self_attn(h, mask=m)`):
+            # on this path the attribute holds another module (h2gb's GPS layer builds a
+            # Performer or BigBird there in other branches), which would raise otherwise
+            return
         self._note_forwarded_kwargs(call, "kwargs-mha")
         key_padding, attn_masks = _MODULE_MASK_POSITIONS.get(
             module or "MultiheadAttention", _MODULE_MASK_POSITIONS["MultiheadAttention"])

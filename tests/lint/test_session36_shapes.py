@@ -342,3 +342,49 @@ def test_a_diagonal_zero_triangle_filled_by_the_layer_it_is_handed_to(found: Fou
         (line_of(TRIANGLE_FILLED_BY_LAYER, "torch.triu"), "MC503")]
     fixed = TRIANGLE_FILLED_BY_LAYER.replace("dtype=torch.bool))", "dtype=torch.bool), 1)")
     assert fixed != TRIANGLE_FILLED_BY_LAYER and found(fixed) == []
+
+
+# Held-out 70's GraphGPS layer: torch_geometric's to_dense_batch gives a (graphs, max_nodes)
+# mask, True at real nodes, handed bare to SDPA as attn_mask (read as (queries, keys)).
+DENSE_BATCH = """\
+import torch.nn as nn
+import torch.nn.functional as F
+from torch_geometric.utils import to_dense_batch
+
+
+class GlobalAttention(nn.Module):
+    def forward(self, q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+class GPSLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = GlobalAttention()
+        self.mha = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, h, batch):
+        h_dense, mask = to_dense_batch(h, batch)
+        out = self.attn(h_dense, h_dense, h_dense, mask)
+        return out + self.mha(h_dense, h_dense, h_dense, key_padding_mask=~mask)[0]
+"""
+
+
+def test_a_dense_batch_mask_handed_bare_to_sdpa_is_reported(found: Found) -> None:
+    # (at the call: the layer's parameter is given the mask by this one call only)
+    assert found(DENSE_BATCH) == [
+        (line_of(DENSE_BATCH, "out = self.attn(h_dense, h_dense, h_dense, mask)"), "MC515")]
+    fixed = DENSE_BATCH.replace("attn_mask=keep)", "attn_mask=keep[:, None, None, :])")
+    assert fixed != DENSE_BATCH and found(fixed) == []
+
+
+def test_a_keyword_multihead_attention_does_not_take_is_another_module(found: Found) -> None:
+    # h2gb's GPS layer: `self.self_attn` is nn.MultiheadAttention in one branch of __init__ and
+    # a Performer (which takes `mask=`, True = keep) in another
+    source = DENSE_BATCH.replace(
+        "        out = self.attn(h_dense, h_dense, h_dense, mask)\n",
+        "        out = self.mha(h_dense, mask=mask)\n")
+    assert source != DENSE_BATCH and found(source) == []
+    mha = source.replace("self.mha(h_dense, mask=mask)", "self.mha(h_dense, h_dense, h_dense, "
+                         "attn_mask=mask)[0]")
+    assert [code for _, code in found(mha)] == ["MC515"]
