@@ -510,7 +510,9 @@ def _same_dtype_cast_source(call: ast.Call) -> ast.Call:
         return call
     named = dotted(arg)
     if named is not None and (named.split(".")[-1] == "dtype" or named.endswith("_dtype")
-                              or dtype_of(arg) in {"fp32", "half", "bf16"}):
+                              or dtype_of(arg) == "fp32"):
+        # (not an explicit half dtype: `softmax(s, dtype=torch.float32).to(torch.float16)`
+        # always copies)
         return func.value
     return call
 
