@@ -491,6 +491,16 @@ def _is_true_matrix(node: ast.AST) -> bool:
     return False
 
 
+def _comprehended_module(value: ast.expr) -> ast.expr | None:
+    """The element expression of `nn.ModuleList(<element> for _ in range(n))` (or of a list
+    comprehension, or of nn.Sequential); None for anything else."""
+    if isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"} and len(
+            value.args) == 1 and not value.keywords and isinstance(
+            value.args[0], (ast.ListComp, ast.GeneratorExp)):
+        return value.args[0].elt
+    return None
+
+
 def _same_dtype_cast_source(call: ast.Call) -> ast.Call:
     """`softmax(s, -1, dtype=torch.float32).to(q.dtype)` -> the softmax call. `.to(dtype)` and
     `.type_as(x)` return the tensor itself when it already has that dtype (float32, the default,
@@ -1820,10 +1830,8 @@ class Linter:
         """`_callee_key`, or for `ATTENTION_FUNCTIONS[backend](...)` / `self.attn[impl](...)`
         each definition the container holds."""
         if isinstance(call.func, ast.Subscript):
-            keyed = self.value(call.func)
-            if isinstance(call.func.slice, ast.Constant) and isinstance(
-                    call.func.slice.value, str) and keyed.module in self._local_classes:
-                # `layer["attn"](x, mask)` of a ModuleDict element (`element_keys`)
+            keyed = self._keyed_module(call.func)
+            if keyed is not None and keyed.module in self._local_classes:
                 return ((keyed.module or "", "forward"),)
             held = self.value(call.func.value)
             if not held.element_defs and held.element_module in self._local_classes:
@@ -2765,13 +2773,10 @@ class Linter:
                 picked = self.value(call.func.value).element_roles
                 if picked:
                     self._helper_call(call, picked)
-                elif isinstance(call.func.slice, ast.Constant) and isinstance(
-                        call.func.slice.value, str):
-                    # `layer["attn"](x, attn_mask=m)` of a ModuleDict element (`element_keys`)
-                    keyed = self.value(call.func)
-                    roles = keyed.param_roles or self._class_roles.get(keyed.module or "", ())
-                    if roles:
-                        self._helper_call(call, roles)
+                elif (keyed := self._keyed_module(call.func)) is not None and (
+                        roles := keyed.param_roles or self._class_roles.get(
+                            keyed.module or "", ())):
+                    self._helper_call(call, roles)
             return
         if name in _LIST_GROWS and isinstance(call.func, ast.Attribute) and isinstance(
                 call.func.value, ast.Name):
@@ -3117,32 +3122,31 @@ class Linter:
         range(n)])` (x-transformers' and lucidrains' layout, unpacked by `for attn, ff in
         self.layers:`): what each position of an element is, an instance of a class of this
         file (what its calls do) or unknown; () for anything else."""
-        if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
-                and len(value.args) == 1 and not value.keywords and isinstance(
-                    value.args[0], (ast.ListComp, ast.GeneratorExp))):
-            return ()
-        return self._element_parts(value.args[0].elt)
+        element = _comprehended_module(value)
+        return () if element is None else self._element_parts(element)
+
+    def _keyed_module(self, func: ast.Subscript) -> Value | None:
+        """`layer["attn"]` of a ModuleDict element bound by a loop (`element_keys`): what the
+        key holds; None for any other subscript."""
+        if isinstance(func.slice, ast.Constant) and isinstance(func.slice.value, str):
+            return self.value(func)
+        return None
 
     def _nested_keys(self, value: ast.expr) -> tuple[tuple[str, Value], ...]:
         """`nn.ModuleList(nn.ModuleDict({"attn": Attention(...), "ffn": ...}) for _ in
         range(n))`: what each key of an element is, an instance of a class of this file (what
         its calls do); () for anything else, or where no key holds such an instance."""
-        if not (isinstance(value, ast.Call) and call_name(value) in {"ModuleList", "Sequential"}
-                and len(value.args) == 1 and not value.keywords and isinstance(
-                    value.args[0], (ast.ListComp, ast.GeneratorExp))):
-            return ()
-        inner = value.args[0].elt
+        inner = _comprehended_module(value)
         if not (isinstance(inner, ast.Call) and call_name(inner) == "ModuleDict" and len(
                 inner.args) == 1 and not inner.keywords and isinstance(inner.args[0], ast.Dict)):
             return ()
-        keyed = tuple(
+        return tuple(
             (key.value, Value(module=made.func.id,
                               param_roles=self._class_roles.get(made.func.id, ())))
             for key, made in zip(inner.args[0].keys, inner.args[0].values, strict=True)
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(
                 made, ast.Call) and isinstance(made.func, ast.Name) and (
                 made.func.id in self._local_classes))
-        return keyed
 
     def _element_parts(self, inner: ast.expr) -> tuple[Value, ...]:
         """`nn.ModuleList([Attention(...), FeedForward(...)])` (or the bare list): what each
@@ -4305,8 +4309,8 @@ class Linter:
                 (held := receiver(node)) is not None and isinstance(
                     held, (ast.Name, ast.Attribute, ast.Subscript)) and _names_a_mask(held)) and (
                 not self.value(held).additive) and not self._is_mutated(held):
-            # `softmax(scores * node_mask.float())`: a mask made float is its 0/1 (a bool or
-            # int mask) or, were it additive, no better multiplied
+            # `softmax(scores * node_mask.float())`: a bool or int mask made float is its 0/1
+            # (one the file shows additive is MC523's, not read here)
             return True
         facts = self.value(node)
         return facts.dtype is None and facts.zero_one and not (
@@ -5555,9 +5559,8 @@ class Linter:
         base = receiver(call)
         bound = self.scope.derived.get(base.id) if isinstance(base, ast.Name) else None
         cast = ""
-        if isinstance(bound, ast.Call) and _same_dtype_cast_source(bound) is not bound:
-            bound, cast = _same_dtype_cast_source(bound), (
-                " (a cast to the dtype it already has returns the same tensor)")
+        if isinstance(bound, ast.Call) and (source := _same_dtype_cast_source(bound)) is not bound:
+            bound, cast = source, " (a cast to the dtype it already has returns the same tensor)"
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")

@@ -389,3 +389,12 @@ def test_a_keyword_multihead_attention_does_not_take_is_another_module(found: Fo
     mha = source.replace("self.mha(h_dense, mask=mask)", "self.mha(h_dense, h_dense, h_dense, "
                          "attn_mask=mask)[0]")
     assert [code for _, code in found(mha)] == ["MC515"]
+
+
+def test_the_multihead_attention_keywords_are_the_installed_torchs() -> None:
+    import inspect
+
+    from maskcheck.lint.checks import _MHA_FORWARD_KEYWORDS
+
+    taken = set(inspect.signature(torch.nn.MultiheadAttention.forward).parameters) - {"self"}
+    assert taken == _MHA_FORWARD_KEYWORDS
