@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maskcheck.config import Config, is_directory, skipped_directory
-from maskcheck.errors import UsageError
 from maskcheck.io.rawfile import os_error_problem
 from maskcheck.lint.reading import (
     NOTEBOOK_SUFFIXES,
@@ -57,17 +56,20 @@ def mask_suffixes(*, explicit: bool) -> frozenset[str]:
 
 
 def collect(paths: list[Path], config: Config) -> Inputs:
-    """Files under `paths`. A path that names nothing (not even a link) is a usage error;
-    a path that cannot be checked (symlink loop, broken link, FIFO, device, unreadable
-    directory) is a problem line for that path, and the others are still collected."""
-    for p in paths:
-        if _names_nothing(p):
-            raise UsageError(f"{p}: no such file or directory")
+    """Files under `paths`. A path that cannot be checked (nothing there, symlink loop,
+    broken link, FIFO, device, unreadable directory) is a problem line for that path, and
+    the others are still collected and checked (as ruff's E902: one mistyped path in a
+    list must not hide the findings in the others)."""
     inputs = Inputs()
     seen: set[Path] = set()
     walk_masks = mask_suffixes(explicit=False)
     named_masks = mask_suffixes(explicit=True)
     for p in paths:
+        if _names_nothing(p):
+            if p not in seen:
+                seen.add(p)
+                inputs.problems.append((p, "no such file or directory"))
+            continue
         if is_directory(p):
             _walk(p, config, inputs, seen, walk_masks)
             continue

@@ -98,9 +98,21 @@ def test_usage_errors_exit_2(bad: Path, args: tuple[str, ...]) -> None:
     assert r.stderr.startswith("maskcheck: error:") and "Traceback" not in r.stderr
 
 
-def test_missing_path_is_a_usage_error(bad: Path) -> None:
-    r = cli(str(bad), str(bad.parent / "nope.py"))
-    assert r.returncode == 2 and "nope.py" in r.stderr and r.stdout == ""
+def test_a_missing_path_is_one_line_and_the_rest_is_checked(bad: Path) -> None:
+    missing = bad.parent / "nope.py"
+    r = cli(str(missing), str(bad), str(missing))
+    assert r.returncode == 2 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert lines.count(f"{missing}: error: no such file or directory") == 1
+    assert f"{bad}:2:30: MC501 " in r.stdout  # the file named after it is still checked
+    assert lines[-1].endswith("1 could not be read.")
+    j = cli("--format", "json", str(bad), str(missing))
+    assert j.returncode == 2
+    files = {f["path"]: f for f in json.loads(j.stdout)["files"]}
+    assert files[str(missing)]["error"] == "no such file or directory"
+    assert files[str(bad)]["findings"]
+    # --exit-zero does not hide an input that could not be read
+    assert cli("--exit-zero", str(bad), str(missing)).returncode == 2
 
 
 def test_unreadable_sources_are_reported_and_the_rest_checked(tmp_path: Path, bad: Path) -> None:
