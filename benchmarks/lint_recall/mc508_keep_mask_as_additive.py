@@ -30,8 +30,8 @@ class Settings:
 
 
 keep = torch.tensor([[True, True, False, False]])
-keep_f = keep.float()
-out2 = F.scaled_dot_product_attention(q, k, v, keep_f)  # expect: MC508 positional
+keep_f = keep.float()  # expect: MC508 positional
+out2 = F.scaled_dot_product_attention(q, k, v, keep_f)  # also: MC508
 merged = merge_heads(out2)
 
 
@@ -42,15 +42,15 @@ class EagerAttention(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         scores = q @ k.transpose(-1, -2) * SCALE
-        ext = attention_mask[:, None, None, :].to(scores.dtype)
-        scores = scores + ext  # expect: MC508 method
+        ext = attention_mask[:, None, None, :].to(scores.dtype)  # expect: MC508 method
+        scores = scores + ext  # also: MC508
         return scores.softmax(-1)
 
 
 def make_attend(padding_keep: torch.Tensor):
-    bias = padding_keep.to(torch.float32)
+    bias = padding_keep.to(torch.float32)  # expect: MC508 closure
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # expect: MC508 closure
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # also: MC508
 
     return attend

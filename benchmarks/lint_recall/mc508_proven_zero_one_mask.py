@@ -30,25 +30,25 @@ class CogViewAttention(nn.Module):
         mix[:, :text_seq_length] = text_attn_mask
         mix = mix.unsqueeze(2)
         pairs = mix @ mix.transpose(1, 2)
-        attention_mask = (pairs > 0).unsqueeze(1).to(query.dtype)
-        hidden = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)  # expect: MC508 method
+        attention_mask = (pairs > 0).unsqueeze(1).to(query.dtype)  # expect: MC508 method
+        hidden = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)  # also: MC508
         return self.to_out(hidden.transpose(1, 2).flatten(2, 3))
 
 
 def encode(tokenizer, texts, q, k, v):
     enc = tokenizer(texts, return_tensors="pt", padding=True)
-    keep = enc["attention_mask"][:, None, None, :].to(q.dtype)
+    keep = enc["attention_mask"][:, None, None, :].to(q.dtype)  # expect: MC508 alias
 
     def attend(query):
-        return sdpa(query, k, v, attn_mask=keep)  # expect: MC508 alias
+        return sdpa(query, k, v, attn_mask=keep)  # also: MC508
 
     return attend(q)
 
 
 def eager_scores(q, k, input_ids, pad_token_id):
     scores = q @ k.transpose(-1, -2)
-    pad_keep = (input_ids != pad_token_id)[:, None, None, :].float()
-    scores += pad_keep  # expect: MC508 augmented
+    pad_keep = (input_ids != pad_token_id)[:, None, None, :].float()  # expect: MC508 augmented
+    scores += pad_keep  # also: MC508
     return scores.softmax(-1)
 
 

@@ -4239,16 +4239,19 @@ class Linter:
         naming the use, where the mask is added out of sight of that cast: `handed` to a
         function of this file that adds it, or added in a function that neither is nor
         encloses the one that cast it (a mask cast in a model's forward and added by its
-        attention layer). A cast on the use's own line, or one in sight of a direct use, is
-        reported at the use (False: the caller reports it there)."""
+        attention layer), or where the use takes the name as it is (`attn_mask = keep.to(
+        q.dtype)` then `sdpa(..., attn_mask=attn_mask)`: the cast is the line to change). A cast
+        on the use's own line, or one in sight of a use that reshapes it (`logits +
+        keep[:, None, None, :]`, where the use may be the line to change), is reported at the
+        use (False: the caller reports it there)."""
         made = self.value(mask).floated_at
         if made is None or self._is_mutated(mask):
             return False
         line = getattr(mask, "lineno", 0)
         if made[0] <= line <= made[2]:
             return False  # `sdpa(..., attn_mask=keep[:, None, None, :].float())`
-        if not handed and self._in_sight(made):
-            return False  # `ext = m.to(scores.dtype)` then `scores + ext`
+        if not handed and not isinstance(mask, ast.Name) and self._in_sight(made):
+            return False  # `bias = keep.to(q.dtype)` then `attn_mask=bias[:, None, None, :]`
         if handed and made in self._casts_told:
             return False  # the cast's own function adds it too, reported there at the use
         self.report("MC508", _placed(made), f"this makes a float 0/1 mask ({self._text(mask)} "

@@ -1192,7 +1192,11 @@ def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST, positions: bool =
                  ) -> bool | None:
     """A comparison of positions with sequence lengths: True when it holds past the length
     (padding), False when it holds before it (real positions), None for anything else.
-    `positions`: what the left side holds is known to be position indices."""
+    `positions`: what the left side holds is known to be position indices. Not a count of
+    padding (`arange(t)[None, :] < n_pad[:, None]` is True at a left padding, the other way
+    round from a count of real positions)."""
+    if any(_counts_padding(side) for side in (left, right)):
+        return None
     if (positions or _positions(left)) and (_lengths(right) or (
             _arange_row(left) and _count_column(right))):
         after = isinstance(op, (ast.Gt, ast.GtE))
@@ -1201,6 +1205,14 @@ def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST, positions: bool =
     else:
         return None
     return after if isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)) else None
+
+
+def _counts_padding(node: ast.AST) -> bool:
+    """`n_pad[:, None]`, `pad_lengths`, `num_padding`: a count of padding positions by name."""
+    node = _stripped(node)
+    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
+    return isinstance(node, (ast.Name, ast.Attribute)) and any(
+        w in {"pad", "pads", "padding", "padded"} for w in words)
 
 
 def _stripped(node: ast.AST) -> ast.AST:

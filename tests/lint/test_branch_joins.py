@@ -104,4 +104,4 @@ def attend(q, k, attention_mask):
     scores = scores + extended
     return scores.softmax(-1)
 """
-    assert found(source) == [(13, "MC508")]
+    assert found(source) == [(11, "MC508")]  # the cast: the sum takes the name as it is

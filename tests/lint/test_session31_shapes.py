@@ -62,8 +62,8 @@ def train_step(model, tokenizer, texts):
 
 
 def test_a_tokenizer_mask_handed_down_and_cast_for_sdpa_is_found(found: Found) -> None:
-    use = line_of(HANDED_DOWN_KEEP_MASK, "F.scaled_dot_product_attention(q, k, v")
-    assert found(HANDED_DOWN_KEEP_MASK) == [(use, "MC508")]
+    cast = line_of(HANDED_DOWN_KEEP_MASK, "attn_mask = mask[:, None, None, :].to(q.dtype)")
+    assert found(HANDED_DOWN_KEEP_MASK) == [(cast, "MC508")]  # SDPA takes the name as it is
     fixed = HANDED_DOWN_KEEP_MASK.replace("mask[:, None, None, :].to(q.dtype)",
                                           "mask[:, None, None, :].bool()")
     assert found(fixed) == []
@@ -397,8 +397,8 @@ class Monitor(nn.Module):
 
 
 def test_a_bool_mask_rearranged_and_cast_for_sdpa_is_found(found: Found) -> None:
-    use = line_of(EINOPS_CAST_FOR_SDPA, "F.scaled_dot_product_attention(q, k, v")
-    assert found(EINOPS_CAST_FOR_SDPA) == [(use, "MC508")]
+    cast = line_of(EINOPS_CAST_FOR_SDPA, '"b s -> b 1 1 s").to(q.dtype)')
+    assert found(EINOPS_CAST_FOR_SDPA) == [(cast, "MC508")]
     fixed = EINOPS_CAST_FOR_SDPA.replace('"b s -> b 1 1 s").to(q.dtype)', '"b s -> b 1 1 s")')
     assert found(fixed) == []
 
