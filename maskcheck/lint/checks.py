@@ -169,8 +169,10 @@ class Hit(NamedTuple):
     message: str
     edit: Edit | None = None
     # A call's report of what the callee does with the argument, and the line of that use:
-    # dropped when the use is reported with the same code (the mask read against its own name)
+    # dropped when the use is reported with the same code (the mask read against its own name);
+    # `echo_also`: the callee's own use where `echo_of` is a deeper one (the layer it hands to)
     echo_of: int | None = None
+    echo_also: int | None = None
 
 
 class _Product(NamedTuple):
@@ -649,11 +651,21 @@ def _convention_base(node: ast.AST) -> ast.AST:
             node = node.value  # `key_padding_mask[:, None, None, :]`
         elif isinstance(node, ast.Call) and receiver(node) is not None and (
                 (not node.args and call_name(node) == "bool")
-                or call_name(node) in _SHAPE_KEEPING):
-            # `attention_mask.bool()`, `attention_mask.reshape(b * r, c)`: the convention
+                or call_name(node) in _SHAPE_KEEPING or _cast_to_bool(node)):
+            # `attention_mask.bool()`, `.to(torch.bool)`, `attention_mask.reshape(b * r, c)`:
+            # the convention
             node = receiver(node) or node
         else:
             return node
+
+
+def _cast_to_bool(call: ast.Call) -> bool:
+    """`m.to(torch.bool)`, `m.to(dtype=torch.bool)`, `m.type(torch.bool)`: `.bool()` spelled out."""
+    if call_name(call) not in {"to", "type"}:
+        return False
+    given = [*call.args, *(kw.value for kw in call.keywords if kw.arg == "dtype")]
+    return len(given) == 1 and len(call.args) + len(call.keywords) == 1 and (
+        dotted(given[0]) or "") in {"torch.bool", "bool"}
 
 
 def _is_key_padding_name(name: str) -> bool:
@@ -1249,12 +1261,12 @@ class Linter:
             self.scope.values.pop(name, None)
 
     def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, *,
-               echo_of: int | None = None) -> None:
+               echo_of: int | None = None, echo_also: int | None = None) -> None:
         if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
                                  getattr(node, "end_lineno", None) or line, message, edit,
-                                 echo_of))
+                                 echo_of, echo_also))
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._prepare(tree)
@@ -1307,27 +1319,28 @@ class Linter:
         used = {(hit.code, hit.line) for hit in self.hits if hit.echo_of is None}
         for hit in self.hits:
             key = (hit.code, hit.line, hit.col)
-            if key in made or (hit.echo_of is not None and (
-                    (hit.code, hit.echo_of) in used or self._reported_around(hit, used))):
+            if key in made or any(echo is not None and (
+                    (hit.code, echo) in used or self._reported_around(hit.code, echo, used))
+                    for echo in (hit.echo_of, hit.echo_also)):
                 continue
             made.add(key)
             kept.append(hit)
         self.hits = kept
         return self.hits
 
-    def _reported_around(self, echo: Hit, used: set[tuple[str, int]]) -> bool:
-        """Whether the innermost function around the line an echo names (`Hit.echo_of`)
-        holds a finding of the echo's code that is no echo itself."""
+    def _reported_around(self, code: str, echo: int, used: set[tuple[str, int]]) -> bool:
+        """Whether the innermost function around the line an echo names (`Hit.echo_of`,
+        `Hit.echo_also`) holds a finding of the echo's code that is no echo itself."""
         if self._function_spans is None:  # built once, at the first echo (echoes are rare)
             self._function_spans = [
                 (node.lineno, node.end_lineno or node.lineno) for node in ast.walk(self._tree)
                 if isinstance(node, _FUNCTION_NODES)] if self._tree is not None else []
         around = [span for span in self._function_spans
-                  if span[0] <= (echo.echo_of or 0) <= span[1]]
+                  if span[0] <= echo <= span[1]]
         if not around:
             return False
         start, end = max(around)  # the innermost: the one that starts last
-        return any(code == echo.code and start <= line <= end for code, line in used)
+        return any(used_code == code and start <= line <= end for used_code, line in used)
 
     def _walk(self, stack: _Stack, handlers: dict[type, _Handler]) -> None:
         """Walk what `stack` holds, and all below it, until it is empty."""
@@ -6737,7 +6750,8 @@ class Linter:
                 self.report(code, bound if bound is not None else arg, f"{self._text(arg)} is a "
                             f"keep-mask (1 = real token), but {name}() {reads} for "
                             f"{entry.param}: pass the padding mask (`== 0`)",
-                            echo_of=getattr(entry.deep or entry.use, "lineno", None))
+                            echo_of=getattr(entry.deep or entry.use, "lineno", None),
+                            echo_also=getattr(entry.use, "lineno", None))
             return
 
     def _flag_off_with_cache(self, causal: ast.AST, key: ast.expr) -> bool:
@@ -8106,7 +8120,11 @@ def _unshifted(node: ast.AST) -> ast.AST:
     """`s` of `s - s.max()` (also `amax`, `max(...)[0]`, `.values`, `logsumexp`): the scores
     shifted for a stable softmax (ReChorus' `(scores - scores.max()).softmax(dim=-1)`); and of
     `temp * s`, `s / temperature`, `s * self.scale`: the scores at a temperature
-    (fast-transformers' `softmax(softmax_temp * QK)`)."""
+    (fast-transformers' `softmax(softmax_temp * QK)`); and of `s.float()` (fairseq's and
+    MulT's `F.softmax(attn_weights.float(), dim=-1)`): the scores upcast for the softmax."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in {"float", "double"}) and not node.args and not node.keywords:
+        node = node.func.value
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
         for scores, factor in ((node.left, node.right), (node.right, node.left)):
             if _temperature(factor) and not (isinstance(node.op, ast.Div) and factor is node.left):

@@ -2013,6 +2013,14 @@ def _describe_factory(
         kept = _keep_mask_with_ones(parts, described, argument(call, 1, "dim"), lookup)
         if kept is not None:
             return kept
+        if parts and all(d.zero_one for d in described) and len(
+                dtypes := {d.dtype for d in described}) == 1:
+            # `torch.cat([mask, mask], dim=2)` (mTAN's observed-value masks): 0s and 1s joined
+            # are 0s and 1s of the same dtype; one cast that made them all float stays named
+            made = {d.floated_at for d in described}
+            return Value(dtype=dtypes.pop(), zero_one=True,
+                         float01=all(d.float01 for d in described),
+                         floated_at=made.pop() if len(made) == 1 else None)
     if name in _JOINS_SEQUENCE:
         # torch.cat/stack of tensors of one dtype, pad_sequence of them (padding_value is
         # written into that dtype): the result has that dtype.

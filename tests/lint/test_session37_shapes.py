@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -75,3 +76,131 @@ def test_positions_below_the_pad_count_are_the_left_padding() -> None:
     lengths = torch.tensor([3, 5])
     pad = torch.arange(5)[None, :] < (5 - lengths)[:, None]
     assert pad.tolist() == [[True, True, False, False, False], [False] * 5]
+
+
+# Held-out 72's mTAN: observed-value masks made float, joined with themselves, then multiplied
+# into the logits inside softmax.
+MTAN = """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(scores, values):
+    mask = (~torch.isnan(values)).float()
+    mask = torch.cat([mask, mask], dim=2)
+    return F.softmax(scores * mask.unsqueeze(-3), dim=-2)
+"""
+
+
+def test_zero_one_masks_joined_stay_zero_one(found: Found) -> None:
+    assert found(MTAN) == [(line_of(MTAN, "F.softmax"), "MC520")]
+    values = MTAN.replace("torch.cat([mask, mask], dim=2)", "torch.cat([mask, values], dim=2)")
+    assert found(values) == []  # the data joined in is no 0/1 mask
+
+
+def test_a_zeroed_logit_still_takes_weight() -> None:
+    scores = torch.tensor([[2.0, 1.0, 5.0]])
+    weights = F.softmax(scores * torch.cat([torch.ones(1, 2), torch.zeros(1, 1)], dim=1), -1)
+    assert weights[0, 2] > 0.05  # exp(0) against exp(2) and exp(1)
+
+
+# Held-out 74's DNABERT head: the tokenizer's mask spelled `.to(torch.bool)` given to
+# key_padding_mask is MC502's named case, as `.bool()` is.
+TO_BOOL = """\
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(dim, 2), 2)
+
+    def forward(self, hidden, attention_mask):
+        return self.encoder(hidden, src_key_padding_mask=attention_mask.to(torch.bool))
+"""
+
+
+@pytest.mark.parametrize("cast", [".to(torch.bool)", ".to(dtype=torch.bool)", ".bool()"])
+def test_a_cast_to_bool_keeps_the_name_convention(found: Found, cast: str) -> None:
+    source = TO_BOOL.replace(".to(torch.bool)", cast)
+    assert found(source) == [(line_of(source, "src_key_padding_mask"), "MC502")]
+    fixed = source.replace(f"attention_mask{cast}", f"attention_mask{cast} == 0")
+    assert found(fixed) == []
+
+
+# Held-out 74's CodonBERT: the model inverts the tokenizer's mask for SDPA inside its forward
+# (reported there); the training loop that passes the tokenizer's mask is the same bug, once.
+CALLER_ECHO = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Layer(nn.Module):
+    def forward(self, h, attn_mask):
+        q = h[:, None]
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=attn_mask)[:, 0]
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer() for _ in range(2)])
+
+    def forward(self, input_ids, attention_mask):
+        h = input_ids
+        pad = attention_mask == 0
+        for layer in self.layers:
+            h = layer(h, attn_mask=pad[:, None, None, :])
+        return h
+
+
+def train(model, tok, texts, h):
+    batch = tok(texts, padding=True, return_tensors="pt")
+    return model(h, batch["attention_mask"])
+"""
+
+
+def test_the_callers_report_of_a_use_reported_in_the_callee_is_dropped(found: Found) -> None:
+    assert found(CALLER_ECHO) == [(line_of(CALLER_ECHO, "h = layer(h"), "MC511")]
+    # a forward that does not read as a tokenizer's pair: the caller's report is the one
+    renamed = CALLER_ECHO.replace(
+        "def forward(self, input_ids, attention_mask):\n        h = input_ids\n",
+        "def forward(self, h, attention_mask):\n")
+    assert found(renamed) == [(line_of(renamed, "return model(h"), "MC511")]
+
+
+def test_padding_true_as_sdpa_bool_mask_keeps_only_the_padding() -> None:
+    q = torch.randn(1, 1, 3, 4, generator=torch.Generator().manual_seed(1))
+    pad = torch.tensor([[False, False, True]])[:, None, None, :]
+    weights = torch.softmax(torch.where(pad, q @ q.transpose(-1, -2), float("-inf")), -1)
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=pad)
+    assert torch.allclose(out, weights @ q, atol=1e-5)
+    assert torch.allclose(out[0, 0], q[0, 0, 2].expand(3, 4), atol=1e-5)  # only the pad key
+
+
+# Held-out 73's MulT: a pair mask inverted and filled with -inf, softmax taken in float32.
+MULT = """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v, query_keep, key_keep):
+    w = q @ k.transpose(-1, -2)
+    w = w.masked_fill(~(query_keep[:, None, :, None] & key_keep[:, None, None, :]), float("-inf"))
+    w = F.softmax(w.float(), dim=-1).type_as(w)
+    return w @ v
+"""
+
+
+def test_softmax_of_upcast_scores_reads_the_scores(found: Found) -> None:
+    assert found(MULT) == [(line_of(MULT, "masked_fill"), "MC507")]
+    keys_only = MULT.replace("~(query_keep[:, None, :, None] & key_keep[:, None, None, :])",
+                             "~key_keep[:, None, None, :]")
+    assert found(keys_only) == []
+
+
+def test_a_row_filled_with_minus_inf_everywhere_is_nan() -> None:
+    w = torch.zeros(1, 2, 2).masked_fill(torch.tensor([[[True, True], [False, True]]]),
+                                         float("-inf"))
+    assert torch.isnan(F.softmax(w.float(), dim=-1)[0, 0]).all()
