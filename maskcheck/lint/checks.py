@@ -833,6 +833,13 @@ def _is_score_name(node: ast.AST) -> bool:
     return matched != ["sim"] or not tokens.isdisjoint(_SIM_TOKENS)  # `sim`, not `simple`
 
 
+def _is_attention_bias_name(node: ast.AST) -> bool:
+    """`attn_bias`, `graph_attn_bias`, `attention_bias`: an additive bias of the attention
+    scores, by name (not a mask's name: `attn_bias_mask`)."""
+    tokens = set(re.split(r"[^a-z]+", (last_name(node) or "").lower()))
+    return "bias" in tokens and bool(tokens & {"attn", "attention"}) and "mask" not in tokens
+
+
 # A function or class about attention, by its name (`mask_attn_weights`, `SelfAttention`).
 _ATTENTION_NAME = re.compile(r"(?i)attn|attention|score")
 
@@ -4027,12 +4034,18 @@ class Linter:
                             "-inf) or torch.where")
                 return
         for mask_node, other in ((node.right, node.left), (node.left, node.right)):
-            if self._added_zero_one(mask_node) and self._is_scores_in_layout(other) and not (
+            bias = _is_attention_bias_name(other)
+            if self._added_zero_one(mask_node) and (
+                    self._is_scores_in_layout(other) or bias) and not (
                     self._zero_one_mask(other)):
-                if not self._reported_at_cast(mask_node, "it is added to the scores"):
+                # (an attention bias is added to the scores as it is: Uni-Mol's
+                # `graph_attn_bias + keep.to(dtype)` adds the keep-mask to them too)
+                added = "the attention bias" if bias and not self._is_scores_in_layout(
+                    other) else "the scores"
+                if not self._reported_at_cast(mask_node, f"it is added to {added}"):
                     self._told_cast(mask_node)
                     self.report("MC508", node, f"{self._text(mask_node)} is a 0/1 mask added to "
-                                "the scores: it adds 1 where it is 1 and masks nothing; turn it "
+                                f"{added}: it adds 1 where it is 1 and masks nothing; turn it "
                                 "into 0/-inf first (`(1.0 - m) * torch.finfo(scores.dtype).min`) "
                                 "or use masked_fill")
                 return
@@ -4293,7 +4306,10 @@ class Linter:
             return False
         if facts.dtype == "int":
             return facts.hf_keep or facts.hf_keep_inverted
-        return self._float_zero_one(node) and (
+        # (a pad test cast to a dtype not known here, `keep.to(graph_attn_bias.dtype)`: added,
+        # it adds 1 whatever that dtype is, a bool True too)
+        cast_keep = facts.dtype is None and facts.zero_one and (facts.pad_keep or facts.hf_keep)
+        return (self._float_zero_one(node) or cast_keep) and (
             facts.padding01 or facts.tri is not None or facts.keep_mask
             or _named_mask(_receiver_root(node), False))
 

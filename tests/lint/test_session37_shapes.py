@@ -204,3 +204,30 @@ def test_a_row_filled_with_minus_inf_everywhere_is_nan() -> None:
     w = torch.zeros(1, 2, 2).masked_fill(torch.tensor([[[True, True], [False, True]]]),
                                          float("-inf"))
     assert torch.isnan(F.softmax(w.float(), dim=-1)[0, 0]).all()
+
+
+# Held-out 70's Uni-Mol: a pad test cast to a learned bias's dtype and added to that bias,
+# which the layers add to their scores.
+UNIMOL = """\
+import torch
+
+PAD = 0
+
+
+def attn_bias(tokens, dist, proj):
+    graph_attn_bias = proj(dist).permute(0, 3, 1, 2).contiguous()
+    atom_keep = tokens.ne(PAD)
+    return graph_attn_bias + atom_keep[:, None, None, :].to(graph_attn_bias.dtype)
+"""
+
+
+def test_a_pad_test_cast_and_added_to_an_attention_bias_is_found(found: Found) -> None:
+    assert found(UNIMOL) == [(line_of(UNIMOL, "return graph_attn_bias"), "MC508")]
+    fixed = UNIMOL.replace(
+        "graph_attn_bias + atom_keep[:, None, None, :].to(graph_attn_bias.dtype)",
+        "graph_attn_bias.masked_fill(~atom_keep[:, None, None, :], float('-inf'))")
+    assert found(fixed) == []
+    named = UNIMOL.replace("graph_attn_bias", "attention_bias")
+    assert found(named) == [(line_of(named, "return attention_bias"), "MC508")]
+    other = UNIMOL.replace("graph_attn_bias", "features")  # not attention's: no reading
+    assert found(other) == []
