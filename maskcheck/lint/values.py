@@ -1995,6 +1995,15 @@ def _describe_factory(
         if matrix is None:
             return None
         return _triangle(call, name, describe(matrix, lookup))
+    if name == "pad" and module_dotted(call.func) in {
+            "torch.nn.functional.pad", "F.pad", "nn.functional.pad"} and call.args and (
+            block := _padded_block(call, describe(call.args[0], lookup), lookup)):
+        return block
+    if name in {"cat", "concat"} and call.args and isinstance(
+            call.args[0], (ast.List, ast.Tuple)) and (
+            rows := _triangle_rows(call, [describe(p, lookup) for p in call.args[0].elts],
+                                   lookup)) is not None:
+        return rows
     if name == "cat" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
         parts = call.args[0].elts
         described = [describe(p, lookup) for p in parts]
@@ -2249,6 +2258,41 @@ def _names_memory(node: ast.AST, *, spelled_out: bool = True) -> bool:
     text = (last_name(node) or "").lower()
     words = _MEMORY_WORDS if spelled_out else _MEMORY_WORDS - {"memory", "memories"}
     return any(word in words for word in text.split("_"))
+
+
+def _padded_block(call: ast.Call, padded: Value, lookup: Lookup) -> Value | None:
+    """`F.pad(m, (left, 0), value=False)` of a True triangle: False key columns on the left
+    (`F.pad(y_causal, (x_len, 0), value=False)`, VALL-E's text-then-audio mask) leave each of
+    its queries hiding its own key and those after it, so its triangle is still read (where it
+    was made). A block of zeros or ones made here keeps its dtype. None for any other
+    padding (what it reads then is left as it was)."""
+    widths, fill = argument(call, 1, "pad"), argument(call, 3, "value")
+    if padded.dtype == "bool" and padded.tri == "upper" and padded.hides_above and (
+            isinstance(widths, (ast.Tuple, ast.List)) and len(widths.elts) == 2) and (
+            number(widths.elts[1], lookup) == 0) and isinstance(fill, ast.Constant) and (
+            fill.value is False) and argument(call, 2, "mode") is None:
+        return Value(dtype="bool", tri="upper", hides_above=True, tri_at=padded.tri_at)
+    if padded.dtype is not None and (padded.zeros or padded.all_ones):
+        # a block made here (`F.pad(torch.zeros(n, n, dtype=torch.bool), (0, k), value=True)`):
+        # the padding value is written in its dtype
+        return Value(dtype=padded.dtype)
+    return None
+
+
+def _triangle_rows(call: ast.Call, described: list[Value], lookup: Lookup) -> Value | None:
+    """`torch.cat([x_rows, y_rows], dim=0)` of bool blocks of rows, one of them a True
+    triangle on and above its diagonal (see `_padded`) and the others no triangle: the
+    queries of that block still hide their own key, read where the triangle was made."""
+    dim = argument(call, 1, "dim")
+    if dim is None or number(dim, lookup) != 0 or len(described) < 2:
+        return None
+    triangles = [d for d in described if d.tri is not None]
+    if len(triangles) != 1 or not all(d.dtype == "bool" for d in described):
+        return None
+    (tri,) = triangles
+    if tri.tri != "upper" or not tri.hides_above or tri.tri_at is None:
+        return None
+    return Value(dtype="bool", tri="upper", hides_above=True, tri_at=tri.tri_at)
 
 
 def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast.expr | None,

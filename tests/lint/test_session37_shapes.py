@@ -231,3 +231,48 @@ def test_a_pad_test_cast_and_added_to_an_attention_bias_is_found(found: Found) -
     assert found(named) == [(line_of(named, "return attention_bias"), "MC508")]
     other = UNIMOL.replace("graph_attn_bias", "features")  # not attention's: no reading
     assert found(other) == []
+
+
+# Held-out 68's VALL-E: text rows see the text only, audio rows see the text and a triangle
+# of the audio, joined by F.pad and torch.concat; diagonal 0 hides each audio query's own key.
+VALLE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def build_xy_attn_mask(x_len, y_len):
+    x_attn_mask = F.pad(torch.zeros((x_len, x_len), dtype=torch.bool), (0, y_len), value=True)
+    y_causal = torch.triu(torch.ones(y_len, y_len, dtype=torch.bool), diagonal=0)
+    y_attn_mask = F.pad(y_causal, (x_len, 0), value=False)
+    return torch.concat([x_attn_mask, y_attn_mask], dim=0)
+
+
+class Decoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+
+    def forward(self, xy, x_len, y_len):
+        mask = build_xy_attn_mask(x_len, y_len)
+        return self.self_attn(xy, xy, xy, attn_mask=mask, need_weights=False)[0]
+"""
+
+
+def test_a_diagonal_zero_triangle_padded_and_joined_is_found(found: Found) -> None:
+    assert found(VALLE) == [(line_of(VALLE, "y_causal = torch.triu"), "MC503")]
+    fixed = VALLE.replace("diagonal=0", "diagonal=1")
+    assert found(fixed) == []
+    # padded on the right, the triangle no longer sits on the queries' own keys: not read
+    right = VALLE.replace("(x_len, 0), value=False", "(0, x_len), value=False")
+    assert found(right) == []
+
+
+def test_the_joined_mask_hides_each_audio_query_from_itself() -> None:
+    x_len, y_len = 2, 3
+    x_rows = F.pad(torch.zeros((x_len, x_len), dtype=torch.bool), (0, y_len), value=True)
+    y_rows = F.pad(torch.triu(torch.ones(y_len, y_len, dtype=torch.bool), diagonal=0),
+                   (x_len, 0), value=False)
+    mask = torch.concat([x_rows, y_rows], dim=0)
+    assert mask.dtype == torch.bool
+    assert all(mask[x_len + i, x_len + i] for i in range(y_len))  # each audio query, itself
