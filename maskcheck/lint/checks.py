@@ -493,6 +493,20 @@ def _is_true_matrix(node: ast.AST) -> bool:
     return False
 
 
+def _literal_sum(node: ast.AST) -> float | None:
+    """`-2 ** 32 + 1` (SASRec's and TiSASRec's padding score): a sum of number literals, read
+    only as a hiding value (MC501 reads the literals it is given, not this sum)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))):
+        return None
+    left = number(node.left) if not isinstance(node.left, ast.BinOp) or isinstance(
+        node.left.op, (ast.Pow, ast.Mult)) else _literal_sum(node.left)
+    right = number(node.right)
+    if left is None or right is None:
+        return None
+    total = left + right if isinstance(node.op, ast.Add) else left - right
+    return None if math.isnan(total) else total
+
+
 def _comprehended_module(value: ast.expr) -> ast.expr | None:
     """The element expression of `nn.ModuleList(<element> for _ in range(n))` (or of a list
     comprehension, or of nn.Sequential); None for anything else."""
@@ -665,7 +679,7 @@ def _cast_to_bool(call: ast.Call) -> bool:
         return False
     given = [*call.args, *(kw.value for kw in call.keywords if kw.arg == "dtype")]
     return len(given) == 1 and len(call.args) + len(call.keywords) == 1 and (
-        dotted(given[0]) or "") in {"torch.bool", "bool"}
+        module_dotted(given[0]) or "") in {"torch.bool", "bool"}
 
 
 def _is_key_padding_name(name: str) -> bool:
@@ -2857,6 +2871,17 @@ class Linter:
                 self._class_scope_add(listed, value=replace(
                     self.lookup("self." + listed),
                     element_mha=added.module or "MultiheadAttention"))
+            elif self._local_classes and (made := _constructed_class(
+                    call.args[0], self.scopes)) in self._local_classes:
+                # `self.attention_layers.append(TimeAwareMultiHeadAttention(...))` in a loop
+                # (TiSASRec's __init__), called as `self.attention_layers[i](...)`: instances of
+                # that class; appends of different classes hold none known ("")
+                cls = self._class_scope()
+                known = (cls.values.get("self." + listed) if cls is not None else None) or (
+                    self.lookup("self." + listed))
+                self._class_scope_add(listed, value=replace(
+                    known, element_module=made if known.element_module in {None, made} else "",
+                    element_roles=self._class_roles.get(made or "", ())))
             elif self._local_classes and (parts := self._element_parts(call.args[0])):
                 # `self.layers.append(nn.ModuleList([Attention(...), FeedForward(...)]))` in a
                 # loop (lucidrains' layout, unpacked by `for attn, ff in self.layers:`); the
@@ -4673,9 +4698,28 @@ class Linter:
                     "visible; put the sequence on the last axis (`[:, None, None, :]`, "
                     "`.unsqueeze(1).unsqueeze(2)`)")
 
+    def _filled_tensor(self, node: ast.AST) -> bool:
+        """A tensor of one hiding value: `torch.full(shape, -1e9)`, `torch.ones(shape) * (-2 **
+        32 + 1)` (SASRec's `paddings`, the other branch of `torch.where(mask, paddings, w)`),
+        or a name this function binds to one."""
+        if isinstance(node, ast.Name) and isinstance(
+                bound := self.scope.derived.get(node.id), ast.expr) and (
+                node.id not in self.scope.mutated):
+            node = bound
+        if isinstance(node, ast.Call) and call_name(node) in {"full", "full_like", "new_full"}:
+            fill = argument(node, 1, "fill_value") if call_name(node) != "new_full" or (
+                not is_module_call(node)) else None
+            return fill is not None and self._is_fill_value(fill)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            return any(is_ones(a) and self._is_fill_value(b) for a, b in (
+                (node.left, node.right), (node.right, node.left)))
+        return False
+
     def _is_fill_value(self, node: ast.AST) -> bool:
         """A value that hides a position: -inf, finfo.min or anything from -1e3 down."""
         v = number(node, self.lookup)
+        if v is None:
+            v = _literal_sum(node)
         if v is None and self_attr(node) is not None and isinstance(node, ast.Attribute):
             v = self.value(node).number  # `self.mask_value` bound to a constant
         if v is not None:
@@ -4685,6 +4729,11 @@ class Linter:
             isinstance(node, ast.Call) and self.value(node).finfo_min)
 
     def _where(self, call: ast.Call) -> None:
+        if len(call.args) == 3 and (self._filled_tensor(call.args[1]) or self._is_fill_value(
+                call.args[1])) and self._is_scores(call.args[2]):
+            # `torch.where(attn_mask, paddings, w)` (TiSASRec): a fill where the mask is True,
+            # as `w.masked_fill(attn_mask, v)`
+            self._note_role(call.args[0], "drop-fill")
         # `torch.tensor(-1e10, dtype=w.dtype)` is a 0-d tensor, which does not promote a
         # dimensioned one: torch.where gives w's dtype, as with the bare number (torch 2.13)
         branches = [self._zero_d_scalar(b) for b in call.args[1:3]]
@@ -5341,9 +5390,9 @@ class Linter:
             if cls is not None and key in cls.bool_triu:
                 masks, held = cls.bool_triu, key  # `masked_fill(self.future[:T, :T], ...)`
         if held is not None and fill is not None and (
-                self._is_fill_value(fill) or (isinstance(fill, ast.Call) and call_name(fill) ==
-                                              "tensor" and fill.args and self._is_fill_value(
-                                                  fill.args[0]))):
+                self._is_fill_value(fill) or self._filled_tensor(fill) or (
+                    isinstance(fill, ast.Call) and call_name(fill) == "tensor" and fill.args
+                    and self._is_fill_value(fill.args[0]))):
             # the triangle marks what is hidden: with diagonal 0 each query loses itself
             triu = masks.pop(held)
             diagonal = argument(triu, 1, "diagonal") if is_module_call(triu) else argument(
@@ -5351,7 +5400,7 @@ class Linter:
             self._triu_hit(triu, diagonal)
             return
         if held is None and condition is not None and fill is not None and (
-                self._is_fill_value(fill)):
+                self._is_fill_value(fill) or self._filled_tensor(fill)):
             facts = self.value(condition)
             # a triangle made elsewhere and read back through an attribute or a property
             # (Informer's `TriangularCausalMask(B, L).mask`): reported where it is made

@@ -1208,11 +1208,14 @@ def _past_length(left: ast.AST, op: ast.cmpop, right: ast.AST, positions: bool =
 
 
 def _counts_padding(node: ast.AST) -> bool:
-    """`n_pad[:, None]`, `pad_lengths`, `num_padding`: a count of padding positions by name."""
+    """`n_pad[:, None]`, `pad_lengths`, `num_padding`: a count of padding positions by name
+    (not a pad token's id, `pad_id`)."""
     node = _stripped(node)
-    words = re.split(r"[^a-z]+", (last_name(node) or "").lower())
-    return isinstance(node, (ast.Name, ast.Attribute)) and any(
-        w in {"pad", "pads", "padding", "padded"} for w in words)
+    words = set(re.split(r"[^a-z]+", (last_name(node) or "").lower()))
+    return isinstance(node, (ast.Name, ast.Attribute)) and bool(
+        words & {"pad", "pads", "padding", "padded"}) and bool(
+        words & {"n", "num", "count", "counts", "len", "lens", "length", "lengths", "size",
+                 "sizes", "total"})
 
 
 def _stripped(node: ast.AST) -> ast.AST:

@@ -276,3 +276,58 @@ def test_the_joined_mask_hides_each_audio_query_from_itself() -> None:
     mask = torch.concat([x_rows, y_rows], dim=0)
     assert mask.dtype == torch.bool
     assert all(mask[x_len + i, x_len + i] for i in range(y_len))  # each audio query, itself
+
+
+# Held-out 71's TiSASRec: layers appended to a ModuleList in a loop and called by index; the
+# layer fills with torch.where(mask, paddings, w), paddings a tensor of -2 ** 32 + 1.
+TISASREC = """\
+import torch
+import torch.nn as nn
+
+
+class TimeAwareAttention(nn.Module):
+    def forward(self, q, k, attn_mask):
+        w = q.matmul(k.transpose(1, 2))
+        attn_mask = attn_mask.unsqueeze(0).expand(w.shape[0], -1, -1)
+        paddings = torch.ones(w.shape, device=w.device) * (-2 ** 32 + 1)
+        w = torch.where(attn_mask, paddings, w)
+        return w.softmax(-1)
+
+
+class Model(nn.Module):
+    def __init__(self, n_layers):
+        super().__init__()
+        self.attention_layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.attention_layers.append(TimeAwareAttention())
+
+    def forward(self, seqs):
+        tl = seqs.shape[1]
+        attention_mask = torch.triu(torch.ones((tl, tl), dtype=torch.bool))
+        for i in range(len(self.attention_layers)):
+            seqs = self.attention_layers[i](seqs, seqs, attention_mask)
+        return seqs
+"""
+
+
+def test_a_triangle_handed_to_appended_layers_filling_by_where_is_found(found: Found) -> None:
+    assert found(TISASREC) == [(line_of(TISASREC, "attention_mask = torch.triu"), "MC503")]
+    fixed = TISASREC.replace("dtype=torch.bool))", "dtype=torch.bool), diagonal=1)")
+    assert found(fixed) == []
+    # a class of the file that drops the mask appended beside it: which layer runs at each
+    # index is not known, so nothing is read through the calls
+    mixed = TISASREC.replace(
+        "class Model(nn.Module):",
+        "class Plain(nn.Module):\n    def forward(self, q, k, attn_mask):\n        return q\n\n\n"
+        "class Model(nn.Module):").replace(
+        "        for _ in range(n_layers):\n",
+        "        self.attention_layers.append(Plain())\n        for _ in range(n_layers):\n")
+    assert mixed != TISASREC and found(mixed) == []
+
+
+def test_where_with_a_tensor_of_minus_two_to_the_32_hides_the_positions() -> None:
+    w = torch.zeros(1, 2, 2)
+    mask = torch.triu(torch.ones(2, 2, dtype=torch.bool))[None]
+    out = torch.where(mask, torch.ones(w.shape) * (-2 ** 32 + 1), w).softmax(-1)
+    assert out[0, 1, 1] == 0 and out[0, 1, 0] == 1  # the diagonal is hidden too
+    assert torch.allclose(out[0, 0], torch.full((2,), 0.5))  # row 0 hides every key: uniform
