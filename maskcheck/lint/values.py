@@ -2284,7 +2284,7 @@ def _padded_block(call: ast.Call, padded: Value, lookup: Lookup) -> Value | None
 
 def _triangle_rows(call: ast.Call, described: list[Value], lookup: Lookup) -> Value | None:
     """`torch.cat([x_rows, y_rows], dim=0)` of bool blocks of rows, one of them a True
-    triangle on and above its diagonal (see `_padded`) and the others no triangle: the
+    triangle on and above its diagonal (see `_padded_block`) and the others no triangle: the
     queries of that block still hide their own key, read where the triangle was made."""
     dim = argument(call, 1, "dim")
     if dim is None or number(dim, lookup) != 0 or len(described) < 2:
