@@ -678,8 +678,8 @@ def _cast_to_bool(call: ast.Call) -> bool:
     if call_name(call) not in {"to", "type"}:
         return False
     given = [*call.args, *(kw.value for kw in call.keywords if kw.arg == "dtype")]
-    return len(given) == 1 and len(call.args) + len(call.keywords) == 1 and (
-        module_dotted(given[0]) or "") in {"torch.bool", "bool"}
+    return len(given) == 1 and len(call.args) + len(call.keywords) == 1 and dtype_of(
+        given[0]) == "bool"
 
 
 def _is_key_padding_name(name: str) -> bool:
