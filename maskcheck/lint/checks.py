@@ -5366,7 +5366,8 @@ class Linter:
             diagonal, "lineno", call.lineno) != call.lineno else call
         self.report("MC503", shown,
                     "triu with diagonal=0 of a -inf/True matrix masks the "
-                    "diagonal too (every query loses itself, the first row is empty): "
+                    "diagonal too (every query loses its own key, and the first keeps no key "
+                    "of the triangle: an empty row where the triangle is the whole mask): "
                     "use diagonal=1", edit)
 
     def _bool_triu_use(self, call: ast.Call) -> None:
