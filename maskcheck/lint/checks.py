@@ -26,6 +26,7 @@ from maskcheck.lint.values import (
     BF16_MAX,
     BOOL_ANNOTATED,
     COLLATED_MASK_KEYS,
+    F_PAD_NAMES,
     FIELD,
     FLOAT_DTYPES,
     FOREIGN,
@@ -7357,8 +7358,8 @@ def _reshape_root(node: ast.AST) -> str | None:
 def _padded_false(node: ast.AST) -> ast.AST:
     """`m` for `F.pad(m, (0, n), value=False)` (or 0, the default): a padding mask given more
     keys that are not padding, True still meaning padding; `node` itself otherwise."""
-    if isinstance(node, ast.Call) and module_dotted(node.func) in {
-            "F.pad", "torch.nn.functional.pad", "nn.functional.pad"} and len(node.args) >= 2 and (
+    if isinstance(node, ast.Call) and module_dotted(node.func) in F_PAD_NAMES and len(
+            node.args) >= 2 and (
             not isinstance(node.args[0], ast.Starred)):
         value = argument(node, 3, "value")
         if value is None or (isinstance(value, ast.Constant) and value.value in (False, 0)

@@ -1998,8 +1998,7 @@ def _describe_factory(
         if matrix is None:
             return None
         return _triangle(call, name, describe(matrix, lookup))
-    if name == "pad" and module_dotted(call.func) in {
-            "torch.nn.functional.pad", "F.pad", "nn.functional.pad"} and call.args and (
+    if name == "pad" and module_dotted(call.func) in F_PAD_NAMES and call.args and (
             block := _padded_block(call, describe(call.args[0], lookup), lookup)):
         return block
     if name in {"cat", "concat"} and call.args and isinstance(
@@ -2263,12 +2262,18 @@ def _names_memory(node: ast.AST, *, spelled_out: bool = True) -> bool:
     return any(word in words for word in text.split("_"))
 
 
+# How `torch.nn.functional.pad` is spelled at a call (`F` is its alias almost everywhere).
+F_PAD_NAMES = frozenset({"torch.nn.functional.pad", "F.pad", "nn.functional.pad"})
+
+
 def _padded_block(call: ast.Call, padded: Value, lookup: Lookup) -> Value | None:
     """`F.pad(m, (left, 0), value=False)` of a True triangle: False key columns on the left
     (`F.pad(y_causal, (x_len, 0), value=False)`, VALL-E's text-then-audio mask) leave each of
     its queries hiding its own key and those after it, so its triangle is still read (where it
     was made). A block of zeros or ones made here keeps its dtype. None for any other
-    padding (what it reads then is left as it was)."""
+    padding (what it reads then is left as it was). Narrower than the linter's
+    `_triangle_in`, which follows a triangle's True entries through any pad or join for MC503
+    in one function: a `tri` fact travels across calls and MC521 reads its direction too."""
     widths, fill = argument(call, 1, "pad"), argument(call, 3, "value")
     if padded.dtype == "bool" and padded.tri == "upper" and padded.hides_above and (
             isinstance(widths, (ast.Tuple, ast.List)) and len(widths.elts) == 2) and (
