@@ -174,6 +174,9 @@ class Hit(NamedTuple):
     # `echo_also`: the callee's own use where `echo_of` is a deeper one (the layer it hands to)
     echo_of: int | None = None
     echo_also: int | None = None
+    # ... and the hand-overs between them (a model's forward -> its encoder -> a layer): the
+    # encoder may be where the mask is read against its name (morse_cw_decoder's `== 0`)
+    echo_via: tuple[int, ...] = ()
 
 
 class _Product(NamedTuple):
@@ -276,6 +279,8 @@ class _Role(NamedTuple):
     # call, `attend = lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)`), so its parameter takes
     # what SDPA's does and a caller's bare padding mask is the caller's slip.
     alias: bool = False
+    # For a mask handed on: the lines of the hand-overs between `use` and `deep`.
+    via: tuple[int, ...] = ()
 
 
 # The `position` of a role a function's `**kwargs` carry to torch's attention (see
@@ -1283,12 +1288,13 @@ class Linter:
             self.scope.values.pop(name, None)
 
     def report(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, *,
-               echo_of: int | None = None, echo_also: int | None = None) -> None:
+               echo_of: int | None = None, echo_also: int | None = None,
+               echo_via: tuple[int, ...] = ()) -> None:
         if code in self.enabled and not self.scope.kernel:
             line = getattr(node, "lineno", 1)
             self.hits.append(Hit(code, line, getattr(node, "col_offset", 0),
                                  getattr(node, "end_lineno", None) or line, message, edit,
-                                 echo_of, echo_also))
+                                 echo_of, echo_also, echo_via))
 
     def run(self, tree: ast.AST) -> list[Hit]:
         self._prepare(tree)
@@ -1343,7 +1349,7 @@ class Linter:
             key = (hit.code, hit.line, hit.col)
             if key in made or any(echo is not None and (
                     (hit.code, echo) in used or self._reported_around(hit.code, echo, used))
-                    for echo in (hit.echo_of, hit.echo_also)):
+                    for echo in (hit.echo_of, hit.echo_also, *hit.echo_via)):
                 continue
             made.add(key)
             kept.append(hit)
@@ -6139,7 +6145,7 @@ class Linter:
 
     def _note_role(self, node: ast.AST | None, role: str, *, follow: bool = True,
                    use: ast.AST | None = None, raw: bool = False, direct: bool = True,
-                   deep: ast.AST | None = None) -> None:
+                   deep: ast.AST | None = None, via: tuple[int, ...] = ()) -> None:
         """Record what this function does with one of its parameters (see `_Role`): checked at
         the calls of a function by its name, of a method as `self.name(...)`, and of forward /
         __call__ on an instance."""
@@ -6154,7 +6160,7 @@ class Linter:
             self.scopes.pop()
             try:
                 self._note_role(node, role, follow=follow, use=use, raw=raw, direct=direct,
-                                deep=deep)
+                                deep=deep, via=via)
             finally:
                 self.scopes.append(scope)
             return
@@ -6168,7 +6174,7 @@ class Linter:
         position = scope.params.index(param) - (1 if scope.method else 0)
         if position >= 0:
             scope.param_roles.setdefault((position, role), _Role(
-                position, role, use or node, param, direct, deep=deep))
+                position, role, use or node, param, direct, deep=deep, via=via))
 
     def _note_forwarded_kwargs(self, call: ast.Call, role: str) -> None:
         """`def _attend(self, q, kv, **attn_kwargs): self.mha(q, kv, kv, **attn_kwargs)`: the
@@ -6281,7 +6287,9 @@ class Linter:
                 # a wrapper passing its own parameter on (inverted: the other convention); a
                 # fill keeps its use, the condition where the mask is read (see `_fills_scores`)
                 self._note_role(passed, entry.role, direct=False, use=entry.use if (
-                    entry.role.endswith("-fill")) else None, deep=entry.deep or entry.use)
+                    entry.role.endswith("-fill")) else None, deep=entry.deep or entry.use,
+                    via=(*entry.via, getattr(entry.use, "lineno", 0)) if entry.deep is not None
+                    else ())
             elif passed is not None and entry.role in {"float-sdpa", "float-mha", "tri-mha"}:
                 self._note_role(passed, entry.role, raw=True)
             elif passed is not None and entry.role in _LAYOUT_ROLES:
@@ -6818,7 +6826,7 @@ class Linter:
                             f"keep-mask (1 = real token), but {name}() {reads} for "
                             f"{entry.param}: pass the padding mask (`== 0`)",
                             echo_of=getattr(entry.deep or entry.use, "lineno", None),
-                            echo_also=getattr(entry.use, "lineno", None))
+                            echo_also=getattr(entry.use, "lineno", None), echo_via=entry.via)
             return
 
     def _flag_off_with_cache(self, causal: ast.AST, key: ast.expr) -> bool:
