@@ -182,7 +182,7 @@ NAME_HINTS: tuple[NameHint, ...] = (
 # `keep`, `pad_keep`, `src_keep`, `valid_mask`, `visible`. Whole words of the name only
 # (`keepdim` and `invalid_mask` are not), and never beside a word that makes the name a count, an
 # index, a probability or a flag (`keep_idx`, `keep_prob`, `valid_lengths`, `keep_last`).
-KEEP_WORDS = frozenset({"keep", "kept", "valid", "visible", "available"})
+KEEP_WORDS = frozenset({"keep", "kept", "valid", "visible", "available", "alive"})
 NOT_A_MASK_WORDS = frozenset({
     "idx", "index", "indices", "ids", "id", "len", "lens", "length", "lengths", "num", "count",
     "counts", "n", "size", "sizes", "dim", "dims", "ratio", "rate", "prob", "probs", "p", "frac",

@@ -523,6 +523,32 @@ def _comprehended_module(value: ast.expr) -> ast.expr | None:
     return None
 
 
+# Methods whose result is a view of the tensor they are called on: an in-place write to it is
+# one to that tensor's storage, and bumps the version autograd checks (torch 2.13: a
+# `sigmoid().view(...).permute(...)` filled in place makes backward raise). `reshape` is a view
+# of a contiguous tensor, which a fresh activation is; `contiguous` after a permute copies.
+_VIEW_METHODS = frozenset({"view", "view_as", "permute", "transpose", "unsqueeze", "squeeze",
+                           "reshape", "t", "unflatten", "narrow", "select", "movedim"})
+
+
+def _shared_storage_source(call: ast.Call) -> tuple[ast.Call, str]:
+    """The call whose output `call`'s result shares storage with, through same-dtype casts
+    (`_same_dtype_cast_source`) and views (`_VIEW_METHODS`), and a note for the message."""
+    note = ""
+    while True:
+        source = _same_dtype_cast_source(call)
+        if source is not call:
+            call, note = source, note or (
+                " (a cast to the dtype it already has returns the same tensor)")
+            continue
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in _VIEW_METHODS and isinstance(
+                func.value, ast.Call):
+            call, note = func.value, note or " (a view of it shares its storage)"
+            continue
+        return call, note
+
+
 def _same_dtype_cast_source(call: ast.Call) -> ast.Call:
     """`softmax(s, -1, dtype=torch.float32).to(q.dtype)` -> the softmax call. `.to(dtype)` and
     `.type_as(x)` return the tensor itself when it already has that dtype (float32, the default,
@@ -3352,6 +3378,10 @@ class Linter:
         pending_triu = scope.bool_triu.get(name)
         reshaped = scope.zeroed.get(name) if _reshape_of(value, name) else None
         bound_before = scope.derived.get(name)
+        was_cached = not facts.cached and isinstance(value, ast.Call) and isinstance(
+            value.func, ast.Name) and value.func.id in self._local_defs and any(
+            isinstance(a, ast.Name) and a.id == name for a in value.args) and (
+            self.lookup(name).cached)
         self._forget(name, scope)
         if reshaped is not None:  # `a = a * keep; a = a.view(-1, n, n)`: still the product
             scope.zeroed[name] = reshaped
@@ -3371,6 +3401,10 @@ class Linter:
         if isinstance(value, ast.Call) and call_name(value, self.lookup) in _ZEROS_FUNCS:
             scope.zero_masks[name] = True
         if isinstance(value, ast.Subscript) and not facts.cached and self._cache_read_to(value):
+            facts = replace(facts, cached=True)
+        if was_cached:
+            # `k = apply_rotary_pos_emb(k, cos, sin)` of keys that hold a cache: a helper of
+            # this file applied to them keeps their positions (held-out 77's sink cache)
             facts = replace(facts, cached=True)
         if "attention_mask" in name and facts.dtype == "int" and facts.zero_one:
             facts = replace(facts, hf_keep=True)  # `attention_mask = torch.tensor([[1, 1, 0]])`
@@ -5063,11 +5097,15 @@ class Linter:
                         f"padding): invert it (`{node.id} == 0`)")
             return
         facts = self.value(node)
+        named = node.func.value if isinstance(node, ast.Call) and isinstance(
+            node.func, ast.Attribute) and ((node.func.attr == "bool" and not node.args and not (
+                node.keywords)) or _cast_to_bool(node)) else node
         if facts.keep_mask and not (facts.hf_keep or facts.pad_keep) and isinstance(
-                node, ast.Name) and declares_keep(node.id):
-            # the name alone says keep (`key_padding_mask=available`): MC502's names
-            self.report("MC502", node, f"{node.id} is named as a keep-mask (True = kept) but "
-                        f"{where} means True = padding: invert it (`~{node.id}`)")
+                named, ast.Name) and declares_keep(named.id):
+            # the name alone says keep (`key_padding_mask=available`), cast to bool or not
+            # (`key_padding_mask=alive_mask.bool()`, held-out 75's TarMAC): MC502's names
+            self.report("MC502", node, f"{named.id} is named as a keep-mask (True = kept) but "
+                        f"{where} means True = padding: invert it (`~{self._text(node)}`)")
             return
         if _keeps(facts):
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "
@@ -5648,8 +5686,8 @@ class Linter:
         base = receiver(call)
         bound = self.scope.derived.get(base.id) if isinstance(base, ast.Name) else None
         cast = ""
-        if isinstance(bound, ast.Call) and (source := _same_dtype_cast_source(bound)) is not bound:
-            bound, cast = source, " (a cast to the dtype it already has returns the same tensor)"
+        if isinstance(bound, ast.Call):
+            bound, cast = _shared_storage_source(bound)
         if isinstance(base, ast.Name) and self.lookup(base.id).grad:
             self.report("MC505", call, f"masked_fill_ on {base.id}, which requires grad: "
                         "in-place fill breaks autograd; use masked_fill")
@@ -5662,9 +5700,9 @@ class Linter:
                         f"{call_name(bound, self.lookup)} that autograd saves for backward{cast}: "
                         "backward raises (modified by an inplace operation); use masked_fill")
         elif isinstance(base, ast.Call) and call_name(
-                _same_dtype_cast_source(base), self.lookup) in _SAVES_OUTPUT and (
+                _shared_storage_source(base)[0], self.lookup) in _SAVES_OUTPUT and (
                 self._on_grad_path()) and not self._fill_detached(call):
-            base = _same_dtype_cast_source(base)
+            base = _shared_storage_source(base)[0]
             # `torch.softmax(scores, -1).masked_fill_(mask, 0.0)`: the same, unnamed (ESPnet's
             # forward_attention once did it so)
             self.report("MC505", call, f"masked_fill_ on the output of "

