@@ -2941,6 +2941,8 @@ class Linter:
                     for scope in self.scopes):
                 model = self._file_model()  # a free `model`, as a parameter named so (below)
                 roles = self._class_roles[model] if model is not None else ()
+            if callee_value.or_mha and not self._forward_takes(callee_value.module, call):
+                roles = ()  # the call is the other branch's: torch's attention module
             if roles:
                 self._helper_call(call, roles)
         if isinstance(call.func, (ast.Attribute, ast.Name)) and (len(call.args) > 1 or any(
@@ -2948,6 +2950,8 @@ class Linter:
             module = self.value(call.func)
             if module.mha:
                 self._mha_call(call, module.module)
+            elif module.or_mha and not self._forward_takes(module.module, call):
+                self._mha_call(call, "MultiheadAttention")
         self._inverted_kwargs(call)
         if type(parent) is ast.Expr and "MC525" in self.enabled and not (
                 self.displays and self._at_top_level(parent)):
@@ -3138,6 +3142,9 @@ class Linter:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
                 value.func.id in self._class_roles):  # `model = MyModel(...)`
             facts = replace(facts, param_roles=self._class_roles[value.func.id])
+        if isinstance(value, ast.IfExp) and self._local_classes and (
+                either := self._module_or_mha(value)) is not None:
+            facts = either
         built = _built_module(value)
         if built in self._local_classes and (not facts.module or facts.mha):
             # an instance of a class of this file, also one named like torch's (the Annotated
@@ -5074,8 +5081,10 @@ class Linter:
     def _is_mha(self, call: ast.Call) -> bool:
         if call_name(call, self.lookup) in _TORCH_KEY_PADDING_FUNCS:
             return True
-        return isinstance(call.func, (ast.Attribute, ast.Name, ast.Call)) and self.value(
-            call.func).mha
+        if not isinstance(call.func, (ast.Attribute, ast.Name, ast.Call)):
+            return False
+        module = self.value(call.func)
+        return module.mha or (module.or_mha and not self._forward_takes(module.module, call))
 
     def _key_padding_value(self, node: ast.expr, where: str) -> None:
         inverted_for = self._inverted_elsewhere(node)
@@ -6866,6 +6875,47 @@ class Linter:
                             echo_of=getattr(entry.deep or entry.use, "lineno", None),
                             echo_also=getattr(entry.use, "lineno", None), echo_via=entry.via)
             return
+
+    def _module_or_mha(self, value: ast.IfExp) -> Value | None:
+        """`MaskedBodyAttention(d, h) if masked else nn.MultiheadAttention(d, h)` (held-out 75's
+        Body Transformer): an instance of a class of this file or torch's attention module. A
+        call is read as the one whose forward takes it (`_forward_takes`)."""
+        built = [_built_module(branch) for branch in (value.body, value.orelse)]
+        local = [b for b in built if b in self._local_classes]
+        if len(local) != 1 or self._forward_def(local[0]) is None:
+            return None
+        other = value.orelse if built[0] == local[0] else value.body
+        held = self.value(other)
+        if not held.mha or (held.module or "MultiheadAttention") != "MultiheadAttention":
+            return None
+        return Value(module=local[0], param_roles=self._class_roles.get(local[0], ()),
+                     or_mha=True)
+
+    def _forward_def(self, cls: str | None) -> ast.FunctionDef | None:
+        """The `forward` a class of this file defines in its own body."""
+        if self._tree is None or cls is None:
+            return None
+        for node in ast.walk(self._tree):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "forward":
+                        return item
+        return None
+
+    def _forward_takes(self, cls: str | None, call: ast.Call) -> bool:
+        """Whether the class's forward accepts the call's arguments: no more positional ones
+        than it has parameters (after self), and only keywords it names, unless it takes
+        `*args` / `**kwargs`."""
+        forward = self._forward_def(cls)
+        if forward is None:
+            return False
+        params = [a.arg for a in (*forward.args.posonlyargs, *forward.args.args)][1:]
+        named = {*params, *(a.arg for a in forward.args.kwonlyargs)}
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                kw.arg is None for kw in call.keywords):
+            return True  # `f(*xs)`, `f(**kw)`: not known, read as the class's
+        return (len(call.args) <= len(params) or forward.args.vararg is not None) and (
+            forward.args.kwarg is not None or all(kw.arg in named for kw in call.keywords))
 
     def _flag_off_with_cache(self, causal: ast.AST, key: ast.expr) -> bool:
         """`is_causal=self.is_causal and past_key_value is None`: the flag is False wherever a

@@ -94,6 +94,9 @@ class Value:
     api: str | None = None  # an alias of a function: `sdpa` -> scaled_dot_product_attention
     mha: bool = False  # an nn.MultiheadAttention / nn.Transformer* module
     module: str | None = None  # which of them, when the constructor call was seen
+    # `A(...) if flag else nn.MultiheadAttention(...)`: `module` is the class of this file, and
+    # a call that its forward cannot take goes to torch's module instead (see `Linter._call`).
+    or_mha: bool = False
     tensor: bool = False  # a parameter annotated `torch.Tensor`: comparing it gives a bool tensor
     # A bool mask True on a whole triangle above a diagonal, the part a causal mask hides
     # (`ones(n, n, dtype=torch.bool).triu(d)`), or a mask OR-ed with one: a True = hidden mask.

@@ -398,3 +398,52 @@ def test_is_causal_with_a_cache_hides_the_cache_from_new_queries() -> None:
         q, k, k, attn_mask=torch.ones(2, 5, dtype=torch.bool).tril(3))
     assert not torch.allclose(top_left, bottom_right)
     assert torch.allclose(top_left[0, 0, 0], k[0, 0, 0])  # the first new query sees one key
+
+
+# Held-out 75's Body Transformer mixes layers: `Masked(...) if masked else
+# nn.MultiheadAttention(...)`. A call with two arguments can only be the file's own module, whose
+# forward multiplies the scores by its bias; the call with q, k, v and key_padding_mask is
+# torch's.
+EITHER_MODULE = """\
+import torch
+from torch import nn
+
+
+def make_bias(n):
+    reach = torch.eye(n, dtype=torch.bool)
+    return torch.zeros(n, n).masked_fill(~reach, float("-inf"))
+
+
+class Masked(nn.Module):
+    def forward(self, x, bias):
+        scores = (x @ x.transpose(-2, -1)) * bias
+        return scores.softmax(dim=-1) @ x
+
+
+class Layer(nn.Module):
+    def __init__(self, d, masked):
+        super().__init__()
+        self.masked = masked
+        self.attn = Masked() if masked else nn.MultiheadAttention(d, 2, batch_first=True)
+
+    def forward(self, x, bias, kpm):
+        if self.masked:
+            h = self.attn(x, bias)
+        else:
+            h, _ = self.attn(x, x, x, key_padding_mask=kpm)
+        return x + h
+
+
+def run(x, kpm):
+    layer = Layer(4, True)
+    return layer(x, make_bias(3), kpm)
+"""
+
+
+def test_a_module_or_torchs_attention_is_read_by_the_call(found: Found) -> None:
+    assert found(EITHER_MODULE) == [(line_of(EITHER_MODULE, "h = self.attn(x, bias)"), "MC523")]
+    fixed = EITHER_MODULE.replace("* bias", "+ bias")
+    assert fixed != EITHER_MODULE and found(fixed) == []
+    # the call with q, k, v goes to torch's module: a tokenizer's mask there is MC502
+    hf_mask = fixed.replace("kpm", "attention_mask")
+    assert found(hf_mask) == [(line_of(hf_mask, "key_padding_mask=attention_mask"), "MC502")]
