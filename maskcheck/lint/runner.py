@@ -6,6 +6,8 @@ import ast
 import gc
 import io
 import os
+import re
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -128,13 +130,26 @@ def lint_file(path: str, enabled: frozenset[str]) -> FileReport:
         report.error = str(e)
     except SyntaxError as e:
         where = f" at line {e.lineno}" + (f", column {e.offset}" if e.offset else "")
-        report.error = f"syntax error{where}: {e.msg}"
+        report.error = f"syntax error{where}: {e.msg}{_newer_syntax(e.text)}"
         report.error_line, report.error_col = e.lineno, e.offset or None
     except (RecursionError, MemoryError):
         report.error = "could not parse: nested too deeply"
     except Exception as e:  # a linter bug costs this file an error line, not the whole run
         report.error = f"internal error while linting ({type(e).__name__}: {e}); please report it"
     return report
+
+
+# PEP 695's type parameters and `type` statements (Python 3.12): `class Adapter[T: Batch](ABC):`.
+_PEP695 = re.compile(r"^\s*(?:(?:async\s+)?def|class)\s+\w+\s*\[|^\s*type\s+\w+\s*(?:\[|=)")
+
+
+def _newer_syntax(text: str | None) -> str:
+    """A note for a syntax error on a line of Python 3.12 syntax read by an older Python: the
+    file may be fine, and a newer Python (running maskcheck) reads it."""
+    if sys.version_info >= (3, 12) or text is None or not _PEP695.match(text):
+        return ""
+    return (f" (Python 3.12 syntax; this is Python {sys.version_info.major}."
+            f"{sys.version_info.minor}: run maskcheck with a newer Python to check this file)")
 
 
 def _float16_gate(findings: list[Finding], data: bytes, path: str) -> list[Finding]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,18 @@ def test_message_of_a_mask_spanning_lines_is_one_line(tmp_path: Path) -> None:
     message = report.findings[0].message
     assert "\n" not in message
     assert message.startswith("(~keep)[:, None, None, :] is True at padding")
+
+
+def test_python_312_syntax_is_named_when_this_python_cannot_read_it(tmp_path: Path) -> None:
+    # orb-models' `class AbstractAtomsAdapter[T: AbstractAtomBatch](ABC):` (PEP 695)
+    path = tmp_path / "adapter.py"
+    path.write_text("from abc import ABC\n\n\nclass Adapter[T: int](ABC):\n    pass\n")
+    error = lint_file(str(path), ALL_CODES).error
+    if sys.version_info >= (3, 12):
+        assert error is None
+    else:
+        assert error is not None and error.startswith("syntax error at line 4")
+        assert error.endswith(f"this is Python 3.{sys.version_info.minor}: run maskcheck with a "
+                              "newer Python to check this file)")
+    path.write_text("def f(:\n")  # an error of any Python gets no such note
+    assert "3.12" not in (lint_file(str(path), ALL_CODES).error or "")
