@@ -115,7 +115,7 @@ def corpus_problems(files: list[Path]) -> list[str]:
 
 
 # The held-out sets in the order they were written; each is a folder of buggy files and twins.
-HELD_OUT_SETS = ["heldout", *(f"heldout{n}" for n in range(2, 78))]
+HELD_OUT_SETS = ["heldout", *(f"heldout{n}" for n in range(2, 81))]
 
 
 def corpus_files(which: str) -> list[Path]:

@@ -2527,6 +2527,8 @@ def _describe_method(call: ast.Call, name: str, base: Value, lookup: Lookup) -> 
             # `.masked_fill(m != 0, -inf).masked_fill(m == 0, 0.0)` (Swin's and Pangu's shifted
             # window masks): 0 is an additive mask's own "keep"
             return Value(dtype=base.dtype, additive=True, finfo_min=base.finfo_min)
+        if value is not None and number(value, lookup) == 0 and _swin_window_mask(call, lookup):
+            return Value(dtype=base.dtype, additive=True)
         return Value(dtype=base.dtype, finfo_min=finfo or base.finfo_min,
                      additive=additive and (base.additive or _starts_empty(base) or (
                          condition is not None and _nonzero_of(condition, receiver(call)))))
@@ -2647,6 +2649,27 @@ def _with_float01(cast: Value, base: Value, floated: bool) -> Value:
     return replace(cast, float01=zero_one, padding01=zero_one and padding)
 
 
+def _swin_window_mask(call: ast.Call, lookup: Lookup) -> bool:
+    """`m.masked_fill(m != 0, float(-100.0)).masked_fill(m == 0, float(0.0))`: Swin's
+    shifted-window mask (and its copies: Swin-UNETR, Video Swin), -100 where two tokens come
+    from different regions and 0 where from the same, added to the scores. -100 is no hiding
+    value of the other rules (`is_masking_value`), but this pair of fills makes an additive
+    mask of it."""
+    inner = receiver(call)
+    if not (isinstance(inner, ast.Call) and call_name(inner) == "masked_fill"):
+        return False
+    fill = argument(inner, 1, "value")
+    v = number(fill, lookup) if fill is not None else None
+    tested = [argument(c, 0, "mask") for c in (inner, call)]
+    if v is None or not v <= -10 or not all(isinstance(t, ast.Compare) and len(t.ops) == 1
+                                            and number(t.comparators[0]) == 0 for t in tested):
+        return False
+    first, second = tested
+    assert isinstance(first, ast.Compare) and isinstance(second, ast.Compare)
+    return isinstance(first.ops[0], ast.NotEq) and isinstance(second.ops[0], ast.Eq) and (
+        ast.dump(first.left) == ast.dump(second.left) == ast.dump(receiver(inner) or inner))
+
+
 def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
     """A tensor whose dtype is float by evidence: known float, or the module itself (`self`,
     whose `.dtype` is its parameters'), or an attention operand or score by its name (`q`,
@@ -2669,7 +2692,8 @@ def _float_tensor(node: ast.AST, lookup: Lookup) -> bool:
 
 # Names of tensors that hold the attention's float operands.
 _FLOAT_TENSOR_NAMES = frozenset({"q", "k", "v", "query", "key", "value", "x", "hidden_states",
-                                 "inputs_embeds", "query_states", "key_states", "value_states"})
+                                 "inputs_embeds", "query_states", "key_states", "value_states",
+                                 "h", "hs", "emb", "feat", "feats", "features"})
 _FLOAT_TENSOR_WORDS = ("score", "logit", "attn_weight", "attention_weight", "hidden", "embed")
 
 

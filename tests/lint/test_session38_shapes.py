@@ -485,3 +485,73 @@ def test_a_helper_laying_a_token_mask_on_the_query_axis_is_mc514(found: Found) -
     # a mask named for the queries' side is laid there on purpose
     query_side = QUERY_AXIS_HELPER.replace("polyline_valid", "query_valid")
     assert found(query_side) == []
+
+
+# Held-out 79's trial matcher: BERT's `get_extended_attention_mask` without the `(1 - m) * min`
+# step, cast to the dtype of the hidden states `h`, then added to the scores two modules down.
+EXTENDED_CAST = """\
+import torch
+from torch import nn
+
+
+class Attn(nn.Module):
+    def forward(self, scores, attention_mask):
+        scores = scores + attention_mask
+        return scores.softmax(-1)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.ln = nn.LayerNorm(4)
+        self.attn = Attn()
+
+    def get_extended_attention_mask(self, attention_mask, dtype):
+        return attention_mask[:, None, None, :].to(dtype)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.ln(self.emb(input_ids))
+        ext = self.get_extended_attention_mask(attention_mask, h.dtype)
+        return self.attn(h @ h.transpose(-1, -2), ext)
+"""
+
+
+def test_a_keep_mask_cast_to_the_hidden_states_dtype_is_mc508(found: Found) -> None:
+    made = line_of(EXTENDED_CAST, "return attention_mask[:, None, None, :].to(dtype)")
+    assert found(EXTENDED_CAST) == [(made, "MC508")]
+    fixed = EXTENDED_CAST.replace(
+        "return attention_mask[:, None, None, :].to(dtype)",
+        "return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min")
+    assert fixed != EXTENDED_CAST and found(fixed) == []
+
+
+# Held-out 79's Swin-UNETR: Swin's shifted-window mask (-100 across regions, 0 within one)
+# multiplied into the scores instead of added.
+SWIN = """\
+import torch
+
+
+def compute_mask(mask_windows):
+    attn_mask = mask_windows.unsqueeze(1) - mask_windows.unsqueeze(2)
+    return attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
+
+
+def attend(q, k, v, mask_windows):
+    attn = q @ k.transpose(-2, -1)
+    attn = attn * compute_mask(mask_windows).unsqueeze(1)
+    return attn.softmax(dim=-1) @ v
+"""
+
+
+def test_swins_window_mask_multiplied_is_mc523(found: Found) -> None:
+    assert found(SWIN) == [(line_of(SWIN, "attn = attn * compute_mask"), "MC523")]
+    fixed = SWIN.replace("attn * compute_mask", "attn + compute_mask")
+    assert fixed != SWIN and found(fixed) == []
+
+
+def test_swins_minus_100_hides_a_key() -> None:
+    scores = torch.zeros(1, 3)
+    bias = torch.tensor([[0.0, -100.0, 0.0]])
+    assert (scores + bias).softmax(-1)[0, 1] < 1e-40  # added: the key is hidden
+    assert (scores * bias).softmax(-1)[0, 1] > 0.3  # multiplied: it is not
