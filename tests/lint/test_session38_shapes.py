@@ -534,7 +534,8 @@ import torch
 
 def compute_mask(mask_windows):
     attn_mask = mask_windows.unsqueeze(1) - mask_windows.unsqueeze(2)
-    return attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
+    return attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(
+        attn_mask == 0, float(0.0))
 
 
 def attend(q, k, v, mask_windows):
