@@ -127,7 +127,7 @@ _KERNEL_DSLS = frozenset({"triton", "tl", "cute", "tilelang", "numba", "nb", "pl
 # never under torch's (`@torch.jit.script` is TorchScript: torch code).
 _KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics", "kernel", "prim_func"})
 # Functions whose backward reads their output: filling it in place breaks autograd (MC505).
-_SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp"})
+_SAVES_OUTPUT = frozenset({"softmax", "log_softmax", "sigmoid", "tanh", "exp", "relu"})
 # Fills that raise on a float16 tensor (value cannot be converted without overflow).
 _RAISING_FILLS = frozenset({"masked_fill", "masked_fill_", "full", "full_like", "new_full",
                             "fill_"})
@@ -547,6 +547,21 @@ def _shared_storage_source(call: ast.Call) -> tuple[ast.Call, str]:
             call, note = func.value, note or " (a view of it shares its storage)"
             continue
         return call, note
+
+
+def _outer_axes(column: ast.AST, row: ast.AST) -> bool:
+    """`a[:, None]` and `b[None, :]` (or `a.unsqueeze(-1)` / `.unsqueeze(1)` and
+    `b.unsqueeze(0)` / `.unsqueeze(-2)`): a column and a row, whose sum is an outer one."""
+    def index(node: ast.AST) -> list[str] | None:
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):
+            return ["N" if is_none(p) else ":" if isinstance(p, ast.Slice) and p.lower is None
+                    and p.upper is None and p.step is None else "?" for p in node.slice.elts]
+        if isinstance(node, ast.Call) and call_name(node) == "unsqueeze" and len(
+                node.args) == 1 and not node.keywords:
+            d = number(node.args[0])
+            return [":", "N"] if d in {1, -1} else ["N", ":"] if d in {0, -2} else None
+        return None
+    return index(column) == [":", "N"] and index(row) == ["N", ":"]
 
 
 def _same_dtype_cast_source(call: ast.Call) -> ast.Call:
@@ -4599,7 +4614,7 @@ class Linter:
             self._query_axis_padding(condition, "the masked_fill condition")
         if not self._keep_mask_condition(condition, cond) and cond.dtype == "bool" and (
                 cond.tri in {"lower", "slower"}) and is_masking_value(
-                value, self.lookup) and target is not None and (
+                value, self.lookup) and target is not None and not self._span_scores(target) and (
                 _root_name(target) == _root_name(condition) or self._is_scores(target)
                 or self._fill_reaches_softmax(call, target, parent)
                 or _assigned_to_scores(call, parent)):
@@ -4613,6 +4628,16 @@ class Linter:
             self.report("MC521", at, f"{shown} is True {where} the "
                         "diagonal: filling there masks the past, not the future; use "
                         "triu(..., diagonal=1) or `tril(...) == 0`")
+
+    def _span_scores(self, target: ast.AST) -> bool:
+        """`scores = start[:, None] + end[None, :]` bound in this function: the scores of every
+        (start, end) span, an outer sum of two vectors, not queries against keys; a span ends at
+        or after its start, so hiding below the diagonal is right there (held-out 80's DPR
+        reader, as BiDAF's and SpanBERT's decoders)."""
+        bound = self.scope.derived.get(target.id) if isinstance(target, ast.Name) and (
+            target.id not in self.scope.mutated) else None
+        return isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add) and (
+            _outer_axes(bound.left, bound.right) or _outer_axes(bound.right, bound.left))
 
     def _keep_mask_condition(self, condition: ast.expr, cond: Value) -> bool:
         """MC519: a keep-mask (True/1 = real token) as a masked_fill condition."""
@@ -5115,6 +5140,14 @@ class Linter:
             # (`key_padding_mask=alive_mask.bool()`, held-out 75's TarMAC): MC502's names
             self.report("MC502", node, f"{named.id} is named as a keep-mask (True = kept) but "
                         f"{where} means True = padding: invert it (`~{self._text(node)}`)")
+            return
+        if _keeps(facts) and isinstance(node, ast.Name) and _is_hf_mask_name(node.id) and (
+                facts.pad_keep or facts.hf_keep):
+            # `ctxt_out, attention_mask = self.encoder(ids)` of `ids != null_idx` (ParlAI's
+            # poly-encoder): Hugging Face's name, and a keep-mask by its value too
+            self.report("MC502", node, f"{node.id} (Hugging Face's name for a keep-mask, and "
+                        f"one here: 1 = real token) passed as {where} (True = padding): invert "
+                        f"it (`~{node.id}`)")
             return
         if _keeps(facts):
             self.report("MC511", node, f"{self._text(node)} is a keep-mask (True/1 = real token) "

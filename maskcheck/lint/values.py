@@ -1337,8 +1337,13 @@ def token_ids_name(name: str) -> bool:
 
 
 def _names_pad_index(node: ast.AST) -> bool:
-    """`self.trg_pad_idx`, `PAD_IDX`, `self.null_idx`, `padding_idx`: a token id to compare with."""
-    text = (dotted(node) or "").lower()
+    """`self.trg_pad_idx`, `PAD_IDX`, `self.null_idx`, `padding_idx`, `opt["null_idx"]` (ParlAI's
+    options), `vocab["<pad>"]`: a token id to compare with."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+            node.slice.value, str):
+        text = node.slice.value.lower()
+    else:
+        text = (dotted(node) or "").lower()
     return "pad" in text or "null_idx" in text
 
 

@@ -556,3 +556,96 @@ def test_swins_minus_100_hides_a_key() -> None:
     bias = torch.tensor([[0.0, -100.0, 0.0]])
     assert (scores + bias).softmax(-1)[0, 1] < 1e-40  # added: the key is hidden
     assert (scores * bias).softmax(-1)[0, 1] > 0.3  # multiplied: it is not
+
+
+# Held-out 80's DPR reader: span scores (every start against every end) hide the spans that
+# end before they start, below the diagonal: right for spans, not a causal mask (no MC521).
+SPANS = """\
+import torch
+
+
+def best_span(start_logits, end_logits, max_len=4):
+    n = start_logits.size(0)
+    scores = start_logits[:, None] + end_logits[None, :]
+    ones = torch.ones(n, n, dtype=torch.bool)
+    valid = ones.triu() & ~ones.triu(max_len)
+    scores = scores.masked_fill(~valid, float("-inf"))
+    return divmod(scores.flatten().argmax().item(), n)
+"""
+
+
+def test_span_scores_hide_spans_that_end_before_they_start(found: Found) -> None:
+    assert found(SPANS) == []
+    attention = SPANS.replace("start_logits[:, None] + end_logits[None, :]",
+                              "start_logits @ end_logits.T")
+    assert found(attention) == [(line_of(attention, "scores.masked_fill(~valid"), "MC521")]
+
+
+# Held-out 80's SPLADE: relu's output, filled in place; relu's backward reads its output.
+RELU = """\
+import torch
+from torch import nn
+
+
+class Splade(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 8)
+
+    def forward(self, h, attention_mask):
+        act = torch.relu(self.proj(h))
+        act.masked_fill_(attention_mask.unsqueeze(-1) == 0, 0.0)
+        return torch.log1p(act).amax(dim=1)
+"""
+
+
+def test_an_in_place_fill_of_relus_output_is_mc505(found: Found) -> None:
+    assert found(RELU) == [(line_of(RELU, "act.masked_fill_"), "MC505")]
+    fixed = RELU.replace("act.masked_fill_(", "act = act.masked_fill(")
+    assert fixed != RELU and found(fixed) == []
+
+
+def test_relu_saves_its_output_for_backward() -> None:
+    x = torch.rand(2, 3, requires_grad=True)
+    y = torch.relu(x)
+    y.masked_fill_(torch.tensor([[True, False, False], [False] * 3]), 0.0)
+    with pytest.raises(RuntimeError, match="inplace operation"):
+        y.sum().backward()
+
+
+# Held-out 80's poly-encoder (ParlAI): the encoder returns `input_ids != opt["null_idx"]` under
+# Hugging Face's name, and the caller hands it to key_padding_mask.
+POLY = """\
+import torch
+from torch import nn
+
+opt = {"null_idx": 0}
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, input_ids):
+        attention_mask = input_ids != opt["null_idx"]
+        return self.emb(input_ids), attention_mask
+
+
+class Poly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = Encoder()
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, ids, codes):
+        out, attention_mask = self.encoder(ids)
+        rep, _ = self.attn(codes, out, out, key_padding_mask=attention_mask)
+        return rep
+"""
+
+
+def test_a_pad_test_against_an_options_pad_index_is_a_keep_mask(found: Found) -> None:
+    assert found(POLY) == [(line_of(POLY, "key_padding_mask=attention_mask"), "MC502")]
+    fixed = POLY.replace("key_padding_mask=attention_mask", "key_padding_mask=~attention_mask")
+    assert fixed != POLY and found(fixed) == []
