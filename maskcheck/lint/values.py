@@ -2122,6 +2122,11 @@ def _describe_factory(
         a, b = call.args[1], call.args[2]
         if is_finfo_min(a, lookup) or is_finfo_min(b, lookup):
             return Value(finfo_min=True, additive=True)
+        if any(describe(x, lookup).finfo_min and (number(y, lookup) == 0 or describe(
+                y, lookup).zeros) for x, y in ((a, b), (b, a))):
+            # `torch.where(allowed, torch.zeros((), dtype=dt), torch.full((), min_val,
+            # dtype=dt))` (wiola's causal plane): 0 and finfo.min as 0-d tensors
+            return Value(finfo_min=True, additive=True)
         if all(number(x, lookup) is not None for x in (a, b)):
             # two Python scalars: torch's default dtype; 0 and -inf make an additive mask
             masking = any(is_masking_value(x, lookup) for x in (a, b)) and any(

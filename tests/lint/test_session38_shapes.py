@@ -649,3 +649,32 @@ def test_a_pad_test_against_an_options_pad_index_is_a_keep_mask(found: Found) ->
     assert found(POLY) == [(line_of(POLY, "key_padding_mask=attention_mask"), "MC502")]
     fixed = POLY.replace("key_padding_mask=attention_mask", "key_padding_mask=~attention_mask")
     assert fixed != POLY and found(fixed) == []
+
+
+# fresh57's wiola: a causal plane of 0 and finfo.min made by torch.where of 0-d tensors, plus a
+# padding plane of finfo.min: -inf where both hide a key.
+WHERE_PLANES = """\
+import torch
+
+
+def build(q_len, kv_len, dtype, key_padding):
+    min_val = torch.finfo(dtype).min
+    i = torch.arange(q_len)[:, None]
+    j = torch.arange(kv_len)[None, :]
+    allowed = j <= (kv_len - q_len + i)
+    mask = torch.where(allowed, torch.zeros((), dtype=dtype), torch.full((), min_val, dtype=dtype))
+    pad = (1 - key_padding[:, None, None, :].to(dtype)) * min_val
+    return mask + pad
+"""
+
+
+def test_a_where_of_zero_and_finfo_min_is_a_min_plane(found: Found) -> None:
+    assert found(WHERE_PLANES) == [(line_of(WHERE_PLANES, "return mask + pad"), "MC513")]
+    fixed = WHERE_PLANES.replace("return mask + pad", "return torch.minimum(mask, pad)")
+    assert fixed != WHERE_PLANES and found(fixed) == []
+
+
+def test_two_min_planes_overflow_where_both_hide() -> None:
+    low = torch.finfo(torch.float32).min
+    both = torch.tensor([low]) + torch.tensor([low])
+    assert both.item() == float("-inf")
