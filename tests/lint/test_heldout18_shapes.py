@@ -519,7 +519,7 @@ def test_the_padding_as_the_fill_condition_is_silent(found: Found) -> None:
                                  "d_attention_mask[:, None, :] == 0")) == []
 
 
-@pytest.mark.parametrize("function", ["softmax", "log_softmax", "sigmoid", "tanh", "exp"])
+@pytest.mark.parametrize("function", ["softmax", "log_softmax", "sigmoid", "tanh", "exp", "relu"])
 def test_every_output_mc505_names_is_saved_for_backward(function: str) -> None:
     # The functions MC505 names when their output is filled in place (checks._SAVES_OUTPUT):
     # each one's backward reads its own output, so the in-place fill makes backward raise.
@@ -537,4 +537,4 @@ def test_every_output_mc505_names_is_saved_for_backward(function: str) -> None:
 def test_mc505_names_no_other_output() -> None:
     from maskcheck.lint.checks import _SAVES_OUTPUT
 
-    assert {"softmax", "log_softmax", "sigmoid", "tanh", "exp"} == _SAVES_OUTPUT
+    assert {"softmax", "log_softmax", "sigmoid", "tanh", "exp", "relu"} == _SAVES_OUTPUT

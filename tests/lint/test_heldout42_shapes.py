@@ -290,11 +290,14 @@ def test_a_scaled_position_test_flattened_over_patches(found: Found) -> None:
 
 
 def test_a_reversed_position_test_is_not_read_as_lengths(found: Found) -> None:
-    # `patch - t * stride`: positions counted down, not a lengths test's (batch, seq) mask
+    # `patch - t * stride`: positions counted down, not a lengths test's (batch, seq) mask; the
+    # mask's name is neutral here (since session 38, a mask named per token, `keep`, laid on the
+    # query axis by `.unsqueeze(1).unsqueeze(3)` is MC514 by its name and shape alone)
     reversed_order = PATCH_MASK_ON_THE_QUERY_AXIS.replace(
         "torch.arange(t_patches)[None, :] * self.stride + self.patch",
-        "self.patch - torch.arange(t_patches)[None, :] * self.stride")
-    assert found(reversed_order) == []
+        "self.patch - torch.arange(t_patches)[None, :] * self.stride").replace(
+        "keep = time_keep", "chosen = time_keep").replace("keep.unsqueeze", "chosen.unsqueeze")
+    assert "chosen.unsqueeze(1)" in reversed_order and found(reversed_order) == []
 
 
 # ChatGLM (collie-lm): the layer gives `_forward` the bool mask of `get_masks()`, True where the
