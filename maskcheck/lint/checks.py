@@ -4606,7 +4606,7 @@ class Linter:
         cond = self.value(condition)
         if cond.layout is None and self._key_padding_on_query_axis(condition):
             cond = replace(cond, layout="B1S1")
-        if cond.layout == "B1S1" and target is not None and (
+        if cond.layout == "B1S1" and target is not None and not self._softmax_not_last() and (
                 self._is_scores(target) or self._fill_reaches_softmax(call, target, parent)
                 or _assigned_to_scores(call, parent)):
             # (of scores only: a (B, C, T, 1) feature map masked by time before a max-pool
@@ -4739,6 +4739,22 @@ class Linter:
         scope = self._binding_scope(inner.id)
         return scope.kind == "function" and inner.id in scope.params and (
             inner.id not in scope.assigned)
+
+    def _softmax_not_last(self, node: ast.AST | None = None) -> bool:
+        """Whether this function (or the function `node`) takes a softmax and none over the
+        last axis (`dim=-2` of scores laid out keys first): its third axis is then the keys',
+        where a (batch, 1, seq, 1) mask belongs."""
+        if node is None:
+            node = self.scope.node if self.scope.kind == "function" else None
+        if node is None:
+            return False
+        dims: set[float | None] = set()
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and call_name(call) in {"softmax", "log_softmax"}:
+                method = receiver(call) is not None and not is_module_call(call)
+                dim = argument(call, 0 if method else 1, "dim")
+                dims.add(number(dim) if dim is not None else None)
+        return bool(dims) and not dims & {-1, 3, None}
 
     def _softmax_over_last_axis(self) -> bool:
         """Whether every softmax this function takes runs over the last axis (`dim=-1`, or 3
@@ -6624,7 +6640,8 @@ class Linter:
                 continue
             arg = _role_argument(call, entry)
             if arg is not None and self.value(arg).layout == "B1S1" and (
-                    entry.role.endswith("sdpa") or self._fills_scores(entry.use)):
+                    entry.role.endswith("sdpa") or (self._fills_scores(entry.use) and not (
+                        self._softmax_not_last(self._function_around(entry.use))))):
                 name = self._callee_text(call)
                 self._query_axis_padding(arg, f"{entry.param} of {name}()")
                 return
@@ -6679,6 +6696,14 @@ class Linter:
                             f"line {line} hands it {where}, but here the fill hides where it "
                             "is 0: this path hides the real tokens the other keeps; fill where "
                             "it is True")
+
+    def _function_around(self, node: ast.AST) -> ast.AST | None:
+        """The innermost function holding `node`, if any."""
+        parents = self._parents()
+        around = parents.get(id(node))
+        while around is not None and not isinstance(around, _FUNCTION_NODES):
+            around = parents.get(id(around))
+        return around
 
     def _fills_scores(self, condition: ast.AST) -> bool:
         """Whether `condition` is the condition of a masked_fill of scores by their name

@@ -678,3 +678,10 @@ def test_two_min_planes_overflow_where_both_hide() -> None:
     low = torch.finfo(torch.float32).min
     both = torch.tensor([low]) + torch.tensor([low])
     assert both.item() == float("-inf")
+
+
+def test_a_helpers_query_axis_mask_is_right_where_scores_are_keys_first(found: Found) -> None:
+    # scores laid out (batch, heads, keys, queries) and softmaxed over dim=-2: the third axis is
+    # the keys', and the helper's layout puts the tokens there on purpose
+    keys_first = QUERY_AXIS_HELPER.replace("scores.softmax(dim=-1)", "scores.softmax(dim=-2)")
+    assert keys_first != QUERY_AXIS_HELPER and found(keys_first) == []
