@@ -549,6 +549,17 @@ def _shared_storage_source(call: ast.Call) -> tuple[ast.Call, str]:
         return call, note
 
 
+def _softmax_dims(node: ast.AST) -> set[float | None]:
+    """The `dim` of every softmax / log_softmax under `node` (None where it is not given)."""
+    dims: set[float | None] = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and call_name(call) in {"softmax", "log_softmax"}:
+            method = receiver(call) is not None and not is_module_call(call)
+            dim = argument(call, 0 if method else 1, "dim")
+            dims.add(number(dim) if dim is not None else None)
+    return dims
+
+
 def _outer_axes(column: ast.AST, row: ast.AST) -> bool:
     """`a[:, None]` and `b[None, :]` (or `a.unsqueeze(-1)` / `.unsqueeze(1)` and
     `b.unsqueeze(0)` / `.unsqueeze(-2)`): a column and a row, whose sum is an outer one."""
@@ -4746,14 +4757,7 @@ class Linter:
         where a (batch, 1, seq, 1) mask belongs."""
         if node is None:
             node = self.scope.node if self.scope.kind == "function" else None
-        if node is None:
-            return False
-        dims: set[float | None] = set()
-        for call in ast.walk(node):
-            if isinstance(call, ast.Call) and call_name(call) in {"softmax", "log_softmax"}:
-                method = receiver(call) is not None and not is_module_call(call)
-                dim = argument(call, 0 if method else 1, "dim")
-                dims.add(number(dim) if dim is not None else None)
+        dims = _softmax_dims(node) if node is not None else set()
         return bool(dims) and not dims & {-1, 3, None}
 
     def _softmax_over_last_axis(self) -> bool:
@@ -4763,12 +4767,7 @@ class Linter:
         node = self.scope.node
         if self.scope.kind != "function" or node is None:
             return False
-        dims: set[float | None] = set()
-        for call in ast.walk(node):
-            if isinstance(call, ast.Call) and call_name(call) in {"softmax", "log_softmax"}:
-                method = receiver(call) is not None and not is_module_call(call)
-                dim = argument(call, 0 if method else 1, "dim")
-                dims.add(number(dim) if dim is not None else None)
+        dims = _softmax_dims(node)
         return bool(dims) and dims <= {-1, 3}
 
     def _query_axis_padding(self, mask: ast.AST, where: str) -> None:
@@ -6720,9 +6719,7 @@ class Linter:
             return True
         # ... or by its use: a name the function that fills it hands to softmax (`skor`,
         # `puntuaciones`: scores under another language's word)
-        around: ast.AST | None = fill
-        while around is not None and not isinstance(around, _FUNCTION_NODES):
-            around = parents.get(id(around))
+        around = self._function_around(fill)
         if not isinstance(target, ast.Name) or around is None:
             return False
         if self._softmax_inputs is None:
